@@ -1,0 +1,100 @@
+# Two commands for a fresh Debian/Ubuntu machine with Python 3.10+ and Node 20:
+#   make lab    install everything into .venv, build, start JupyterLab with jupyter-edt
+#   make test   the same install, then every linter and test suite
+# Both are idempotent: stamp files skip what is already installed and up to date.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+JUPYTER := $(VENV)/bin/jupyter
+VIRTUAL_GPUS ?= 4
+LAB_ARGS ?=
+CHROMIUM ?= /usr/bin/chromium
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
+
+# A machine with an NVIDIA GPU gets PyPI's CUDA build of torch; any other gets the CPU build.
+HAS_NVIDIA_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+TORCH_SPEC := $(if $(HAS_NVIDIA_GPU),torch>=2.3,torch==2.13.0)
+# Jupyter refuses to run as root unless told to (CI runs as root).
+ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+FRONTEND_SOURCES := $(shell find src style schema -type f 2>/dev/null) package.json tsconfig.json
+
+.PHONY: help install lab test lint test-py test-js test-ui check-extension chromium clean
+
+help:
+	@echo "make lab    install into $(VENV), build, and start JupyterLab with jupyter-edt"
+	@echo "make test   install, then ruff, eslint/prettier, jest, pytest and the Galata UI tests"
+
+$(PY):
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed"'
+	$(PYTHON) -m venv $(VENV)
+
+# Build tools and torch first: the editable install builds without isolation.
+$(VENV)/.deps-stamp: pyproject.toml | $(PY)
+	$(PIP) install --upgrade pip
+	$(PIP) install "$(TORCH_SPEC)" numpy
+	$(PIP) install "hatchling>=1.21" "hatch-jupyter-builder>=0.9" editables "jupyterlab>=4.6,<5"
+	touch $@
+
+node_modules/.install-stamp: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+jupyter_edt/labextension/package.json: node_modules/.install-stamp $(FRONTEND_SOURCES)
+	npm run build
+	touch $@
+
+# The lab extension is built above, so the Python build hook is skipped here.
+$(VENV)/.install-stamp: $(VENV)/.deps-stamp pyproject.toml jupyter_edt/labextension/package.json
+	SKIP_JUPYTER_BUILDER=1 $(PIP) install -e ".[test]" --no-build-isolation
+	$(JUPYTER) labextension develop . --overwrite
+	touch $@
+
+install: $(VENV)/.install-stamp
+
+lab: install
+	@echo "Starting JupyterLab with jupyter-edt ($(VIRTUAL_GPUS) virtual GPUs when no NVIDIA GPU is found)"
+	$(JUPYTER) lab --EDTApp.virtual_gpus=$(VIRTUAL_GPUS) $(ROOT_ARGS) $(LAB_ARGS)
+
+chromium:
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+	  echo "Installing Debian's chromium for the UI tests"; \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; \
+	fi
+
+ui-tests/node_modules/.install-stamp: ui-tests/package.json ui-tests/package-lock.json
+	cd ui-tests && npm ci --no-audit --no-fund
+	touch $@
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	npm run lint:check
+
+check-extension: install
+	$(JUPYTER) server extension list 2>&1 | grep -E "jupyter_edt.*OK"
+	$(JUPYTER) labextension list 2>&1 | grep -E "jupyter-edt.*enabled.*OK"
+	$(PY) -m jupyterlab.browser_check --no-browser-test $(ROOT_ARGS)
+
+test-js: install
+	npm test
+
+test-py: install
+	$(PY) -m pytest
+
+test-ui: install chromium ui-tests/node_modules/.install-stamp
+	cd ui-tests && CHROMIUM_PATH=$(CHROMIUM) npm test
+
+# Summaries of pytest and Playwright come last, in that order.
+test: lint check-extension test-js test-py test-ui
+
+clean:
+	rm -rf $(VENV) node_modules ui-tests/node_modules lib jupyter_edt/labextension tsconfig.tsbuildinfo

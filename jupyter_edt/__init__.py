@@ -1,0 +1,21 @@
+"""jupyter-edt: elastic distributed training for JupyterLab.
+
+This module only names the extension points; importing it must stay cheap because Jupyter
+imports it while discovering extensions (and training workers import the package too).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    from .app import EDTApp
+
+    return [{"module": "jupyter_edt.app", "app": EDTApp}]
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    return [{"src": "labextension", "dest": "jupyter-edt"}]
