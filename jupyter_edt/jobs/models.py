@@ -1,0 +1,158 @@
+"""Job specifications and states, validated before anything is stored or started."""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class JobState(str, enum.Enum):
+    QUEUED = "QUEUED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+# Which state may follow which. SUSPENDED is the priority policy's "checkpoint, then release
+# every device"; a suspended job goes back to QUEUED to wait for devices again.
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.QUEUED: frozenset({JobState.STARTING, JobState.CANCELLED, JobState.FAILED}),
+    JobState.STARTING: frozenset(
+        {JobState.RUNNING, JobState.FAILED, JobState.CANCELLED, JobState.SUSPENDED}
+    ),
+    JobState.RUNNING: frozenset(
+        {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.SUSPENDED}
+    ),
+    JobState.SUSPENDED: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+class InvalidTransition(ValueError):
+    """A state change the lifecycle does not allow (e.g. cancelling a finished job)."""
+
+
+def check_transition(current: JobState, new: JobState) -> None:
+    if new not in TRANSITIONS[current]:
+        raise InvalidTransition(f"A job in state {current.value} cannot become {new.value}.")
+
+
+class SpecError(ValueError):
+    """A bad field in a job submission; `field` names it so the API can say which."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+MAX_NAME = 200
+MAX_GPUS_LIMIT = 1024
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Variables the launcher owns: a job may not redirect its own result or log directories.
+RESERVED_ENV = frozenset(
+    {"EDT_JOB_ID", "DATA_DIR", "RESULT_DIR", "LOG_DIR", "CUDA_VISIBLE_DEVICES", "EDT_JOB_TOKEN"}
+)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to run and on how many GPUs. Exactly one of `code` and `script` is given."""
+
+    max_gpus: int
+    name: str = ""
+    code: str | None = None
+    script: str | None = None
+    entrypoint: str = "main.py"
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    min_gpus: int = 1
+    priority: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["args"] = list(self.args)
+        data["env"] = dict(self.env)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any) -> JobSpec:
+        """Validate untrusted input (a decoded JSON body) field by field."""
+        if not isinstance(data, Mapping):
+            raise SpecError("body", "must be a JSON object")
+        known = set(cls.__dataclass_fields__)
+        for key in data:
+            if key not in known:
+                raise SpecError(str(key), "is not a job field")
+        if "max_gpus" not in data:
+            raise SpecError("max_gpus", "is required")
+        max_gpus = _int(data, "max_gpus", 1, MAX_GPUS_LIMIT)
+        min_gpus = _int(data, "min_gpus", 1, MAX_GPUS_LIMIT, default=1)
+        if min_gpus > max_gpus:
+            raise SpecError("min_gpus", f"must not exceed max_gpus ({max_gpus}), got {min_gpus}")
+        priority = _int(data, "priority", -1000, 1000, default=0)
+        name = _str(data, "name", default="")
+        if len(name) > MAX_NAME:
+            raise SpecError("name", f"must be at most {MAX_NAME} characters")
+        code = _str(data, "code", default=None)
+        script = _str(data, "script", default=None)
+        if (code is None) == (script is None):
+            raise SpecError("code", "give exactly one of 'code' and 'script'")
+        entrypoint = _str(data, "entrypoint", default="main.py")
+        if not entrypoint.endswith(".py") or "/" in entrypoint or entrypoint.startswith("."):
+            raise SpecError("entrypoint", "must be a plain .py file name, e.g. 'main.py'")
+        args = data.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise SpecError("args", "must be a list of strings")
+        env = data.get("env", {})
+        if not isinstance(env, Mapping):
+            raise SpecError("env", "must be an object of string values")
+        for key, value in env.items():
+            if not ENV_NAME.match(str(key)):
+                raise SpecError("env", f"{key!r} is not a valid environment variable name")
+            if key in RESERVED_ENV:
+                raise SpecError("env", f"{key} is set by jupyter-edt and cannot be overridden")
+            if not isinstance(value, str):
+                raise SpecError("env", f"the value of {key} must be a string")
+        return cls(
+            max_gpus=max_gpus,
+            name=name,
+            code=code,
+            script=script,
+            entrypoint=entrypoint,
+            args=tuple(args),
+            env=dict(env),
+            min_gpus=min_gpus,
+            priority=priority,
+        )
+
+
+def _int(data: Mapping[str, Any], key: str, low: int, high: int, default: int | None = None) -> int:
+    value = data.get(key, default)
+    # bool is an int in Python, but `true` GPUs is a mistake, not a count
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise SpecError(key, "must be an integer")
+    if not low <= value <= high:
+        raise SpecError(key, f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def _str(data: Mapping[str, Any], key: str, default: str | None) -> Any:
+    value = data.get(key, default)
+    if value is not None and not isinstance(value, str):
+        raise SpecError(key, "must be a string")
+    return value

@@ -1,0 +1,333 @@
+"""Durable job records: jobs, their event log, allocation history and metrics (SQLAlchemy).
+
+The event table is the single change log: every state transition and allocation change is a
+row with an increasing id, so a client that reconnects resumes from the last id it saw.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    create_engine,
+    delete,
+    event,
+    func,
+    select,
+)
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import DatabaseError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from .models import JobSpec, JobState, check_transition
+
+SCHEMA_VERSION = 1
+
+
+class StoreError(RuntimeError):
+    """The database cannot be used as it is; the message says what to do."""
+
+
+class UnknownJob(KeyError):
+    def __str__(self) -> str:
+        return f"No job with id {self.args[0]!r}."
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Meta(Base):
+    __tablename__ = "edt_meta"
+    key: Mapped[str] = mapped_column(String, primary_key=True)
+    value: Mapped[str] = mapped_column(String)
+
+
+class JobRow(Base):
+    __tablename__ = "edt_jobs"
+    id: Mapped[str] = mapped_column(String, primary_key=True)
+    user: Mapped[str] = mapped_column(String, index=True)
+    name: Mapped[str] = mapped_column(String)
+    state: Mapped[str] = mapped_column(String, index=True)
+    reason: Mapped[str] = mapped_column(String, default="")
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    min_gpus: Mapped[int] = mapped_column(Integer)
+    max_gpus: Mapped[int] = mapped_column(Integer)
+    priority: Mapped[int] = mapped_column(Integer)
+    devices: Mapped[list[str]] = mapped_column(JSON, default=list)
+    created: Mapped[float] = mapped_column(Float)
+    updated: Mapped[float] = mapped_column(Float)
+    finished: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "user": self.user,
+            "name": self.name,
+            "state": self.state,
+            "reason": self.reason,
+            "spec": self.spec,
+            "min_gpus": self.min_gpus,
+            "max_gpus": self.max_gpus,
+            "priority": self.priority,
+            "devices": list(self.devices),
+            "created": self.created,
+            "updated": self.updated,
+            "finished": self.finished,
+        }
+
+
+class EventRow(Base):
+    __tablename__ = "edt_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("edt_jobs.id"), index=True)
+    time: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "job_id": self.job_id,
+            "time": self.time,
+            "kind": self.kind,
+            **self.data,
+        }
+
+
+class MetricRow(Base):
+    __tablename__ = "edt_metrics"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("edt_jobs.id"), index=True)
+    time: Mapped[float] = mapped_column(Float)
+    values: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "time": self.time, **self.values}
+
+
+class JobStore:
+    """All reads and writes of job records. Each method is one transaction."""
+
+    def __init__(self, url: str, *, metrics_cap: int = 10_000) -> None:
+        if metrics_cap < 4:
+            raise ValueError(f"metrics_cap must be at least 4, got {metrics_cap}.")
+        self.url = url
+        self.metrics_cap = metrics_cap
+        self.engine = _open_engine(url)
+        self._session = sessionmaker(self.engine, expire_on_commit=False)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        try:
+            Base.metadata.create_all(self.engine)
+            with self._session.begin() as s:
+                version = s.get(Meta, "schema_version")
+                if version is None:
+                    s.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
+                elif int(version.value) != SCHEMA_VERSION:
+                    raise StoreError(
+                        f"The job database {self.url} has schema version {version.value}; "
+                        f"this jupyter-edt needs {SCHEMA_VERSION}."
+                    )
+        except DatabaseError as err:
+            raise StoreError(
+                f"The job database {self.url} cannot be read ({err.orig}). It is left "
+                "untouched: move it aside to start with an empty one, or restore a backup."
+            ) from err
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # jobs ---------------------------------------------------------------------------------
+
+    def create_job(self, user: str, spec: JobSpec, *, now: float | None = None) -> dict[str, Any]:
+        now = time.time() if now is None else now
+        job = JobRow(
+            id=uuid.uuid4().hex[:12],
+            user=user,
+            name=spec.name or "job",
+            state=JobState.QUEUED.value,
+            reason="submitted",
+            spec=spec.to_dict(),
+            min_gpus=spec.min_gpus,
+            max_gpus=spec.max_gpus,
+            priority=spec.priority,
+            devices=[],
+            created=now,
+            updated=now,
+            finished=None,
+        )
+        with self._session.begin() as s:
+            s.add(job)
+            s.flush()
+            s.add(_event(job.id, now, "state", {"state": job.state, "reason": "submitted"}))
+        return job.to_dict()
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        with self._session() as s:
+            return self._row(s, job_id).to_dict()
+
+    def list_jobs(
+        self, *, user: str | None = None, states: Iterable[JobState] | None = None
+    ) -> list[dict[str, Any]]:
+        query = select(JobRow).order_by(JobRow.created.desc(), JobRow.id)
+        if user is not None:
+            query = query.where(JobRow.user == user)
+        if states is not None:
+            query = query.where(JobRow.state.in_([s.value for s in states]))
+        with self._session() as s:
+            return [row.to_dict() for row in s.scalars(query)]
+
+    def set_state(
+        self, job_id: str, state: JobState, reason: str, *, now: float | None = None
+    ) -> dict[str, Any]:
+        """Move a job to `state`, checked against the lifecycle, and record why."""
+        now = time.time() if now is None else now
+        with self._session.begin() as s:
+            job = self._row(s, job_id)
+            check_transition(JobState(job.state), state)
+            job.state = state.value
+            job.reason = reason
+            job.updated = now
+            if state.terminal:
+                job.finished = now
+                if job.devices:
+                    s.add(_event(job_id, now, "allocation", {"devices": [], "reason": reason}))
+                job.devices = []
+            s.add(_event(job_id, now, "state", {"state": state.value, "reason": reason}))
+            return job.to_dict()
+
+    def set_devices(
+        self, job_id: str, devices: Sequence[str], reason: str, *, now: float | None = None
+    ) -> dict[str, Any]:
+        now = time.time() if now is None else now
+        with self._session.begin() as s:
+            job = self._row(s, job_id)
+            if list(devices) != list(job.devices):
+                job.devices = list(devices)
+                job.updated = now
+                s.add(
+                    _event(job_id, now, "allocation", {"devices": list(devices), "reason": reason})
+                )
+            return job.to_dict()
+
+    def update_limits(
+        self,
+        job_id: str,
+        *,
+        priority: int | None = None,
+        max_gpus: int | None = None,
+        now: float | None = None,
+    ) -> dict[str, Any]:
+        now = time.time() if now is None else now
+        with self._session.begin() as s:
+            job = self._row(s, job_id)
+            if JobState(job.state).terminal:
+                raise ValueError(f"Job {job_id} has finished ({job.state}); it cannot change.")
+            changes: dict[str, int] = {}
+            if max_gpus is not None:
+                if max_gpus < job.min_gpus:
+                    raise ValueError(
+                        f"max_gpus must be at least the job's min_gpus ({job.min_gpus})."
+                    )
+                job.max_gpus = changes["max_gpus"] = max_gpus
+            if priority is not None:
+                job.priority = changes["priority"] = priority
+            if changes:
+                job.updated = now
+                s.add(_event(job_id, now, "limits", changes))
+            return job.to_dict()
+
+    # events and metrics -------------------------------------------------------------------
+
+    def events(
+        self,
+        *,
+        after: int = 0,
+        user: str | None = None,
+        job_id: str | None = None,
+        limit: int = 1000,
+    ) -> list[dict[str, Any]]:
+        """Events with id > `after`, oldest first: the resumable change feed."""
+        query = select(EventRow).where(EventRow.id > after).order_by(EventRow.id).limit(limit)
+        if job_id is not None:
+            query = query.where(EventRow.job_id == job_id)
+        if user is not None:
+            query = query.join(JobRow, JobRow.id == EventRow.job_id).where(JobRow.user == user)
+        with self._session() as s:
+            return [row.to_dict() for row in s.scalars(query)]
+
+    def add_metrics(
+        self, job_id: str, records: Sequence[dict[str, Any]], *, now: float | None = None
+    ) -> None:
+        """Append metric records; past the cap, older records are thinned to every other one."""
+        now = time.time() if now is None else now
+        with self._session.begin() as s:
+            self._row(s, job_id)
+            s.add_all(MetricRow(job_id=job_id, time=now, values=dict(r)) for r in records)
+            s.flush()
+            count = s.scalar(select(func.count()).where(MetricRow.job_id == job_id)) or 0
+            if count > self.metrics_cap:
+                ids = s.scalars(
+                    select(MetricRow.id).where(MetricRow.job_id == job_id).order_by(MetricRow.id)
+                ).all()
+                # Keep the newest quarter at full resolution; halve the resolution before it.
+                older = ids[: len(ids) - self.metrics_cap // 4]
+                s.execute(delete(MetricRow).where(MetricRow.id.in_(older[1::2])))
+
+    def metrics(self, job_id: str, *, after: int = 0, limit: int = 10_000) -> list[dict[str, Any]]:
+        query = (
+            select(MetricRow)
+            .where(MetricRow.job_id == job_id, MetricRow.id > after)
+            .order_by(MetricRow.id)
+            .limit(limit)
+        )
+        with self._session() as s:
+            self._row(s, job_id)
+            return [row.to_dict() for row in s.scalars(query)]
+
+    @staticmethod
+    def _row(s: Session, job_id: str) -> JobRow:
+        job = s.get(JobRow, job_id)
+        if job is None:
+            raise UnknownJob(job_id)
+        return job
+
+
+def _event(job_id: str, now: float, kind: str, data: dict[str, Any]) -> EventRow:
+    return EventRow(job_id=job_id, time=now, kind=kind, data=data)
+
+
+def _open_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        path = Path(parsed.database)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and path.stat().st_size > 0:
+            with path.open("rb") as f:
+                if f.read(16) != b"SQLite format 3\x00":
+                    raise StoreError(
+                        f"The job database {path} is not an SQLite database. It is left "
+                        "untouched: move it aside to start with an empty one, or restore a backup."
+                    )
+    engine = create_engine(url)
+    if parsed.get_backend_name() == "sqlite":
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.close()
+
+    return engine

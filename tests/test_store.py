@@ -1,0 +1,168 @@
+"""The job store on a real SQLite file through SQLAlchemy."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from jupyter_edt.jobs.models import InvalidTransition, JobSpec, JobState, SpecError
+from jupyter_edt.jobs.store import JobStore, StoreError, UnknownJob
+
+
+@pytest.fixture
+def db_url(tmp_path):
+    return f"sqlite:///{tmp_path / 'edt.sqlite'}"
+
+
+@pytest.fixture
+def store(db_url):
+    s = JobStore(db_url, metrics_cap=40)
+    yield s
+    s.close()
+
+
+def spec(**kw):
+    return JobSpec.from_dict({"code": "print(1)", "max_gpus": 2, **kw})
+
+
+def test_jobs_survive_a_restart_with_their_history(db_url):
+    first = JobStore(db_url)
+    job = first.create_job("ana", spec(name="mnist"), now=1.0)
+    first.set_state(job["id"], JobState.STARTING, "devices free", now=2.0)
+    first.set_devices(job["id"], ["vgpu0", "vgpu1"], "admitted", now=2.5)
+    first.set_state(job["id"], JobState.RUNNING, "workers up", now=3.0)
+    first.close()
+
+    second = JobStore(db_url)
+    again = second.get_job(job["id"])
+    assert again["state"] == "RUNNING"
+    assert again["devices"] == ["vgpu0", "vgpu1"]
+    assert again["spec"]["code"] == "print(1)"
+    kinds = [(e["kind"], e.get("state"), e.get("devices")) for e in second.events()]
+    assert kinds == [
+        ("state", "QUEUED", None),
+        ("state", "STARTING", None),
+        ("allocation", None, ["vgpu0", "vgpu1"]),
+        ("state", "RUNNING", None),
+    ]
+    second.close()
+
+
+def test_finishing_releases_devices_and_is_final(store):
+    job = store.create_job("ana", spec())
+    store.set_state(job["id"], JobState.STARTING, "go")
+    store.set_devices(job["id"], ["g0"], "admitted")
+    store.set_state(job["id"], JobState.RUNNING, "workers up")
+    done = store.set_state(job["id"], JobState.SUCCEEDED, "exit 0")
+    assert done["devices"] == [] and done["finished"] is not None
+    assert store.events(job_id=job["id"])[-2]["devices"] == []
+    with pytest.raises(InvalidTransition, match="SUCCEEDED cannot become RUNNING"):
+        store.set_state(job["id"], JobState.RUNNING, "again")
+    with pytest.raises(ValueError, match="has finished"):
+        store.update_limits(job["id"], priority=3)
+
+
+def test_events_resume_from_a_cursor_and_filter_by_user(store):
+    a = store.create_job("ana", spec())
+    cursor = store.events()[-1]["id"]
+    b = store.create_job("bo", spec())
+    store.update_limits(a["id"], priority=4, max_gpus=3)
+    newer = store.events(after=cursor)
+    assert [e["job_id"] for e in newer] == [b["id"], a["id"]]
+    assert newer[1] == {**newer[1], "kind": "limits", "priority": 4, "max_gpus": 3}
+    assert {e["job_id"] for e in store.events(user="bo")} == {b["id"]}
+
+
+def test_list_filters_by_user_and_state(store):
+    a = store.create_job("ana", spec(), now=1.0)
+    b = store.create_job("ana", spec(), now=2.0)
+    store.create_job("bo", spec(), now=3.0)
+    store.set_state(a["id"], JobState.CANCELLED, "by user")
+    assert [j["id"] for j in store.list_jobs(user="ana")] == [b["id"], a["id"]]
+    assert [j["id"] for j in store.list_jobs(user="ana", states=[JobState.QUEUED])] == [b["id"]]
+
+
+def test_metrics_are_thinned_past_the_cap_keeping_the_newest(store):
+    job = store.create_job("ana", spec())
+    for step in range(100):
+        store.add_metrics(job["id"], [{"step": step, "loss": 1.0 / (step + 1)}])
+    kept = store.metrics(job["id"])
+    steps = [m["step"] for m in kept]
+    assert len(kept) <= 40
+    assert steps == sorted(steps)
+    assert steps[-10:] == list(range(90, 100))  # the newest stay at full resolution
+    assert steps[0] == 0  # the start of the curve survives
+    after = store.metrics(job["id"], after=kept[-3]["id"])
+    assert [m["step"] for m in after] == [98, 99]
+
+
+def test_unknown_job_is_a_clear_error(store):
+    with pytest.raises(UnknownJob, match="No job with id 'nope'"):
+        store.get_job("nope")
+    with pytest.raises(UnknownJob):
+        store.add_metrics("nope", [{"loss": 1.0}])
+
+
+def test_lowering_max_below_min_is_refused_and_nothing_changes(store):
+    job = store.create_job("ana", spec(min_gpus=2, max_gpus=4))
+    with pytest.raises(ValueError, match="at least the job's min_gpus"):
+        store.update_limits(job["id"], max_gpus=1)
+    assert store.get_job(job["id"])["max_gpus"] == 4
+
+
+def test_a_file_that_is_not_sqlite_is_refused_and_left_alone(tmp_path):
+    path = tmp_path / "edt.sqlite"
+    path.write_bytes(b"these are somebody's notes, not a database\n" * 10)
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="is not an SQLite database"):
+        JobStore(f"sqlite:///{path}")
+    assert path.read_bytes() == before
+
+
+def test_a_damaged_sqlite_file_is_refused_and_left_alone(tmp_path, db_url):
+    store = JobStore(db_url)
+    store.create_job("ana", spec())
+    store.close()
+    path = tmp_path / "edt.sqlite"
+    data = bytearray(path.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # destroy the schema page after the header
+    path.write_bytes(bytes(data))
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / f"edt.sqlite{suffix}").unlink(missing_ok=True)
+    with pytest.raises(StoreError, match="cannot be read"):
+        JobStore(db_url)
+    assert path.read_bytes() == bytes(data)
+
+
+def test_a_missing_database_is_created_with_its_directory(tmp_path):
+    path = tmp_path / "deep" / "er" / "edt.sqlite"
+    store = JobStore(f"sqlite:///{path}")
+    store.close()
+    assert sqlite3.connect(path).execute("select value from edt_meta").fetchone() == ("1",)
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ([], "body", "JSON object"),
+        ({"code": "x"}, "max_gpus", "required"),
+        ({"code": "x", "max_gpus": 0}, "max_gpus", "between 1 and"),
+        ({"code": "x", "max_gpus": "2"}, "max_gpus", "integer"),
+        ({"code": "x", "max_gpus": True}, "max_gpus", "integer"),
+        ({"code": "x", "max_gpus": 2, "min_gpus": 3}, "min_gpus", "must not exceed"),
+        ({"max_gpus": 2}, "code", "exactly one"),
+        ({"code": "x", "script": "a.py", "max_gpus": 2}, "code", "exactly one"),
+        ({"code": "x", "max_gpus": 2, "gpus": 2}, "gpus", "not a job field"),
+        ({"code": "x", "max_gpus": 2, "entrypoint": "../x.py"}, "entrypoint", "plain .py"),
+        ({"code": "x", "max_gpus": 2, "args": "--lr 1"}, "args", "list of strings"),
+        ({"code": "x", "max_gpus": 2, "env": {"RESULT_DIR": "/"}}, "env", "set by jupyter-edt"),
+        ({"code": "x", "max_gpus": 2, "env": {"1X": "a"}}, "env", "not a valid"),
+        ({"code": "x", "max_gpus": 2, "env": {"X": 1}}, "env", "must be a string"),
+        ({"code": "x", "max_gpus": 2, "priority": 10**6}, "priority", "between"),
+    ],
+)
+def test_bad_specs_name_the_field(body, field, message):
+    with pytest.raises(SpecError, match=message) as caught:
+        JobSpec.from_dict(body)
+    assert caught.value.field == field
