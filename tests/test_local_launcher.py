@@ -1,0 +1,96 @@
+"""LocalLauncher with real processes: environment, logs, and stopping a whole process group."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import textwrap
+
+import pytest
+
+from jupyter_edt.launch.base import ProcessSpec
+from jupyter_edt.launch.local import LocalLauncher, log_paths
+
+pytestmark = pytest.mark.asyncio
+
+
+def spec(tmp_path, code: str, **kw) -> ProcessSpec:
+    return ProcessSpec(
+        job_id="j1",
+        name=kw.pop("name", "worker-0"),
+        argv=[sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tmp_path,
+        log_dir=tmp_path / "logs",
+        **kw,
+    )
+
+
+async def test_environment_and_logs(tmp_path):
+    code = """
+        import os, sys
+        print("cvd=" + repr(os.environ["CUDA_VISIBLE_DEVICES"]), "job=" + os.environ["EDT_JOB_ID"])
+        print("cwd=" + os.getcwd())
+        print("oops", file=sys.stderr)
+        sys.exit(3)
+    """
+    launcher = LocalLauncher()
+    gpu = await launcher.start(spec(tmp_path, code, env={"EDT_JOB_ID": "j1"}, devices=[1, 3]))
+    assert await gpu.wait() == 3
+    cpu = await launcher.start(
+        spec(tmp_path, code, name="worker-1", env={"EDT_JOB_ID": "j1"}, virtual_devices=True)
+    )
+    assert await cpu.wait() == 3
+    out, err = log_paths(tmp_path / "logs", "worker-0")
+    assert "cvd='1,3' job=j1" in out.read_text()
+    assert f"cwd={tmp_path}" in out.read_text()
+    assert err.read_text() == "oops\n"
+    out1, _ = log_paths(tmp_path / "logs", "worker-1")
+    assert "cvd='' job=j1" in out1.read_text()
+
+
+async def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(tmp_path):
+    ready = tmp_path / "child.pid"
+    code = f"""
+        import signal, subprocess, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open({str(ready)!r}, "w").write(str(child.pid))
+        time.sleep(600)
+    """
+    launcher = LocalLauncher()
+    handle = await launcher.start(spec(tmp_path, code))
+    for _ in range(200):  # the child announces itself within seconds; bounded wait
+        if ready.exists() and ready.read_text():
+            break
+        await asyncio.sleep(0.05)
+    child = int(ready.read_text())
+    assert os.getpgid(child) == handle.pid  # the grandchild is in the job's group
+    code_ = await launcher.stop(handle, grace=0.5)
+    assert code_ == -9  # SIGTERM was ignored, so SIGKILL ended it
+    for _ in range(200):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        # the orphan is reaped by init asynchronously; poll its existence, bounded
+        await asyncio.sleep(0.05)
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+
+
+async def test_stop_is_graceful_first(tmp_path):
+    code = """
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+        print("up", flush=True)
+        time.sleep(600)
+    """
+    launcher = LocalLauncher()
+    handle = await launcher.start(spec(tmp_path, code))
+    out, _ = log_paths(tmp_path / "logs", "worker-0")
+    for _ in range(200):
+        if out.exists() and "up" in out.read_text():
+            break
+        await asyncio.sleep(0.05)
+    assert await launcher.stop(handle, grace=30) == 0
