@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import getpass
+
 from jupyter_core.paths import jupyter_data_dir
+from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider, User
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Enum, Int, Unicode, default, validate
+from traitlets import Enum, Float, Int, List, Unicode, default, validate
 
 from . import __version__
 from .api import default_handlers
+from .jobs.runner import DriverRunner
+from .jobs.service import JobService
+from .jobs.store import JobStore
+from .launch.local import LocalLauncher
 from .scheduling.inventory import Inventory, open_inventory
-
-POLICIES = ("fair-share", "priority", "goodput")
+from .scheduling.policy import POLICY_NAMES
 
 
 class EDTApp(ExtensionApp):
@@ -42,11 +48,11 @@ class EDTApp(ExtensionApp):
     )
 
     policy = Enum(
-        list(POLICIES),
+        list(POLICY_NAMES),
         default_value="fair-share",
         config=True,
         help="""GPU allocation policy: 'fair-share' (max-min fair between users, then
-        between each user's jobs), 'priority' (higher priority first) or 'goodput'.""",
+        between each user's jobs) or 'priority' (higher priority first, equal ones fairly).""",
     )
 
     database_url = Unicode(
@@ -55,11 +61,60 @@ class EDTApp(ExtensionApp):
         data directory.""",
     )
 
+    jobs_dir = Unicode(
+        config=True,
+        help="""Directory for each job's submitted code, logs and results. Defaults to
+        `jobs/` in the Jupyter data directory's `jupyter_edt` folder.""",
+    )
+
+    min_rescale_interval = Float(
+        30.0,
+        config=True,
+        help="""Seconds a job keeps its GPU count after a rescale before it is rescaled again,
+        unless a waiting job needs GPUs to start.""",
+    )
+
+    metrics_cap = Int(
+        10_000,
+        config=True,
+        help="""Metric records kept per job; past it, older records are thinned.""",
+    )
+
+    admin_users = List(
+        Unicode(),
+        config=True,
+        help="""Users who see and change every user's jobs.""",
+    )
+
+    owner = Unicode(
+        config=True,
+        help="""Who owns the jobs of a single-user server. Jupyter's own token and password
+        logins do not name a user (each new browser or client is a new anonymous user), so
+        on such a server every job belongs to this name: by default the account the server
+        runs as. Where an identity provider names users (JupyterHub), its names are used.""",
+    )
+
     inventory: Inventory
+    job_service: JobService
+
+    @default("owner")
+    def _default_owner(self) -> str:
+        return getpass.getuser()
+
+    def user_name(self, user: User) -> str:
+        """The name jobs are recorded under for an authenticated Jupyter user."""
+        provider = type(self.serverapp.identity_provider)
+        if provider in (IdentityProvider, PasswordIdentityProvider):
+            return self.owner
+        return user.username
 
     @default("database_url")
     def _default_database_url(self) -> str:
         return f"sqlite:///{jupyter_data_dir()}/jupyter_edt/edt.sqlite"
+
+    @default("jobs_dir")
+    def _default_jobs_dir(self) -> str:
+        return f"{jupyter_data_dir()}/jupyter_edt/jobs"
 
     @validate("virtual_gpus")
     def _check_virtual_gpus(self, proposal: dict) -> int:
@@ -77,11 +132,22 @@ class EDTApp(ExtensionApp):
             )
         else:
             self.log.info("jupyter-edt: scheduling on the NVIDIA GPUs that NVML reports.")
+        store = JobStore(self.database_url, metrics_cap=self.metrics_cap)
+        self.job_service = JobService(
+            store,
+            self.inventory,
+            DriverRunner(LocalLauncher(), self.jobs_dir),
+            policy=self.policy,
+            min_rescale_interval=self.min_rescale_interval,
+            admin_users=self.admin_users,
+        )
+        self.job_service.runner.attach(self.job_service)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(default_handlers)
 
     async def stop_extension(self) -> None:
+        self.job_service.store.close()
         self.inventory.close()
 
 

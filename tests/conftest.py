@@ -3,19 +3,55 @@
 from __future__ import annotations
 
 import pytest
+from jupyter_server.auth.identity import IdentityProvider, User
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 
+class TokenPerUser(IdentityProvider):
+    """Names users by their token (`token alice` is alice), as JupyterHub's provider does."""
+
+    def get_user(self, handler):
+        auth = handler.request.headers.get("Authorization", "")
+        token = handler.get_argument("token", "") or auth.removeprefix("token ").strip()
+        if token in {"alice", "bob", "root"}:
+            return User(username=token)
+        return None
+
+    def is_token_authenticated(self, handler) -> bool:
+        # a token in a header is not a cookie, so no XSRF check applies (as with Jupyter's own)
+        return self.get_user(handler) is not None
+
+
 @pytest.fixture
 def edt_config() -> dict:
-    """EDTApp settings for a test; override in a test module to change them."""
+    """EDTApp settings for a test; parametrize it to change them."""
     return {"virtual_gpus": 4}
 
 
 @pytest.fixture
-def jp_server_config(edt_config: dict) -> dict:
+def jp_server_config(edt_config: dict, tmp_path) -> dict:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_edt": True}},
-        "EDTApp": edt_config,
+        "EDTApp": {
+            "database_url": f"sqlite:///{tmp_path / 'edt.sqlite'}",
+            "jobs_dir": str(tmp_path / "jobs"),
+            **edt_config,
+        },
+    }
+
+
+@pytest.fixture
+def multi_user_config(edt_config: dict, tmp_path) -> dict:
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {"jupyter_edt": True},
+            "identity_provider_class": TokenPerUser,
+        },
+        "EDTApp": {
+            "database_url": f"sqlite:///{tmp_path / 'edt.sqlite'}",
+            "jobs_dir": str(tmp_path / "jobs"),
+            "admin_users": ["root"],
+            **edt_config,
+        },
     }

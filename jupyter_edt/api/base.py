@@ -1,12 +1,45 @@
-"""What every jupyter-edt handler shares: authentication, authorisation, JSON answers."""
+"""What every jupyter-edt handler shares: authentication, authorisation, JSON answers, and
+one mapping from the services' errors to HTTP statuses."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web
+
+from ..jobs.models import InvalidTransition, SpecError
+from ..jobs.service import JobService, NotAllowed
+from ..jobs.store import UnknownJob
+
+
+class APIError(web.HTTPError):
+    """An HTTP error whose JSON body names the offending field, when there is one."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(status, message)
+        self.message = message
+        self.field = field
+
+
+@contextmanager
+def api_errors() -> Iterator[None]:
+    try:
+        yield
+    except SpecError as err:
+        raise APIError(400, err.message, err.field) from err
+    except UnknownJob as err:
+        raise APIError(404, str(err)) from err
+    except NotAllowed as err:
+        raise APIError(403, str(err)) from err
+    except InvalidTransition as err:
+        raise APIError(409, str(err)) from err
+    except ValueError as err:
+        raise APIError(400, str(err)) from err
 
 
 class EDTHandler(ExtensionHandlerMixin, APIHandler):
@@ -14,7 +47,32 @@ class EDTHandler(ExtensionHandlerMixin, APIHandler):
 
     auth_resource = "edt"
 
+    @property
+    def service(self) -> JobService:
+        return self.extensionapp.job_service
+
+    @property
+    def user_name(self) -> str:
+        return self.extensionapp.user_name(self.current_user)
+
     def write_json(self, body: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(body))
+
+    def json_body(self) -> Any:
+        try:
+            return json.loads(self.request.body or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise APIError(400, f"The request body is not valid JSON: {err}", "body") from err
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, APIError):
+            body: dict[str, Any] = {"message": exc.message}
+            if exc.field is not None:
+                body["field"] = exc.field
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps(body))
+            return
+        super().write_error(status_code, **kwargs)

@@ -141,6 +141,21 @@ class JobSpec:
         )
 
 
+def parse_limits(data: Any) -> dict[str, int]:
+    """Validate a change of a running job's limits: `priority` and/or `max_gpus`."""
+    if not isinstance(data, Mapping) or not data:
+        raise SpecError("body", "must be a JSON object with priority and/or max_gpus")
+    for key in data:
+        if key not in ("priority", "max_gpus"):
+            raise SpecError(str(key), "only priority and max_gpus can change")
+    limits = {}
+    if "priority" in data:
+        limits["priority"] = _int(data, "priority", -1000, 1000)
+    if "max_gpus" in data:
+        limits["max_gpus"] = _int(data, "max_gpus", 1, MAX_GPUS_LIMIT)
+    return limits
+
+
 def _int(data: Mapping[str, Any], key: str, low: int, high: int, default: int | None = None) -> int:
     value = data.get(key, default)
     # bool is an int in Python, but `true` GPUs is a mistake, not a count

@@ -64,6 +64,7 @@ class JobRow(Base):
     max_gpus: Mapped[int] = mapped_column(Integer)
     priority: Mapped[int] = mapped_column(Integer)
     devices: Mapped[list[str]] = mapped_column(JSON, default=list)
+    rescaled: Mapped[float | None] = mapped_column(Float, nullable=True)
     created: Mapped[float] = mapped_column(Float)
     updated: Mapped[float] = mapped_column(Float)
     finished: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -80,6 +81,7 @@ class JobRow(Base):
             "max_gpus": self.max_gpus,
             "priority": self.priority,
             "devices": list(self.devices),
+            "rescaled": self.rescaled,
             "created": self.created,
             "updated": self.updated,
             "finished": self.finished,
@@ -166,6 +168,7 @@ class JobStore:
             created=now,
             updated=now,
             finished=None,
+            rescaled=None,
         )
         with self._session.begin() as s:
             s.add(job)
@@ -215,7 +218,7 @@ class JobStore:
             job = self._row(s, job_id)
             if list(devices) != list(job.devices):
                 job.devices = list(devices)
-                job.updated = now
+                job.updated = job.rescaled = now
                 s.add(
                     _event(job_id, now, "allocation", {"devices": list(devices), "reason": reason})
                 )

@@ -1,0 +1,38 @@
+"""Follows the JSON-lines event files a job's processes write, reading each line once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+class EventTail:
+    """Reads what was appended to `<log_dir>/events-*.jsonl` since the last call.
+
+    Only complete lines are read: a line still being written (or cut short by SIGKILL) stays
+    for the next call, or is skipped when it can never be completed (not valid JSON).
+    """
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self._offsets: dict[Path, int] = {}
+
+    def read_new(self) -> list[dict[str, Any]]:
+        records: list[dict[str, Any]] = []
+        for path in sorted(self.log_dir.glob("events-*.jsonl")):
+            offset = self._offsets.get(path, 0)
+            with path.open("rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+            end = chunk.rfind(b"\n") + 1
+            if end == 0:
+                continue
+            self._offsets[path] = offset + end
+            for line in chunk[:end].splitlines():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        records.sort(key=lambda e: (e.get("time", 0.0), str(e.get("worker")), e.get("seq", 0)))
+        return records

@@ -1,0 +1,187 @@
+"""Runs each job as one driver process; the driver starts and resizes the job's workers.
+
+The runner prepares the job directory, starts the driver through a Launcher, writes the
+allocator's orders into the directory, and watches the driver: its status (running), its
+workers' metric events, and its exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..launch.base import Launcher, ProcessHandle, ProcessSpec
+from ..launch.local import log_paths
+from ..runtime.jobdir import JobDir, write_json_atomic
+from ..scheduling.inventory import Device
+from .metrics import EventTail
+
+if TYPE_CHECKING:
+    from .service import JobService
+
+log = logging.getLogger(__name__)
+
+DRIVER = "driver"
+
+
+class DriverRunner:
+    def __init__(
+        self,
+        launcher: Launcher,
+        jobs_dir: str | Path,
+        *,
+        python: str = sys.executable,
+        poll_interval: float = 0.25,
+        stop_grace: float = 10.0,
+    ) -> None:
+        self.launcher = launcher
+        self.jobs_dir = Path(jobs_dir)
+        self.python = python
+        self.poll_interval = poll_interval
+        self.stop_grace = stop_grace
+        self._service: JobService | None = None
+        self._drivers: dict[str, ProcessHandle] = {}
+        self._watchers: dict[str, asyncio.Task[None]] = {}
+
+    def attach(self, service: JobService) -> None:
+        self._service = service
+
+    def job_dir(self, job_id: str) -> JobDir:
+        return JobDir(self.jobs_dir / job_id)
+
+    # orders from the service --------------------------------------------------------------
+
+    async def start(self, job: dict[str, Any], devices: Sequence[Device]) -> None:
+        d = self.job_dir(job["id"])
+        await asyncio.to_thread(self._prepare, d, job)
+        d.write_orders({"seq": 1, "action": "run", "devices": _devices(devices)})
+        spec = job["spec"]
+        handle = await self.launcher.start(
+            ProcessSpec(
+                job_id=job["id"],
+                name=DRIVER,
+                argv=[self.python, "-m", "jupyter_edt.runtime.driver", str(d.root)],
+                cwd=d.code,
+                log_dir=d.logs,
+                env={**spec["env"], **self.contract(job)},
+                virtual_devices=True,  # the driver never touches a GPU
+            )
+        )
+        self._drivers[job["id"]] = handle
+        self._watchers[job["id"]] = asyncio.create_task(self._watch(job["id"], handle))
+
+    async def resize(self, job: dict[str, Any], devices: Sequence[Device]) -> None:
+        self._order(job["id"], "run", devices)
+
+    async def suspend(self, job: dict[str, Any]) -> None:
+        """Ask the driver to checkpoint and stop its workers; force it after the grace time."""
+        self._order(job["id"], "suspend", [])
+        handle = self._drivers.get(job["id"])
+        if handle is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(handle.wait()), self.stop_grace)
+            except asyncio.TimeoutError:
+                await self.launcher.stop(handle, grace=self.stop_grace)
+
+    async def cancel(self, job: dict[str, Any]) -> None:
+        handle = self._drivers.get(job["id"])
+        if handle is not None:
+            watcher = self._watchers.pop(job["id"], None)
+            if watcher is not None:
+                watcher.cancel()
+            await self.launcher.stop(handle, grace=self.stop_grace)
+            self._drivers.pop(job["id"], None)
+
+    async def close(self) -> None:
+        for watcher in self._watchers.values():
+            watcher.cancel()
+
+    # helpers ------------------------------------------------------------------------------
+
+    def contract(self, job: dict[str, Any]) -> dict[str, str]:
+        """The environment every process of the job gets (the WMLA names included)."""
+        d = self.job_dir(job["id"])
+        return {
+            "EDT_JOB_ID": job["id"],
+            "EDT_JOB_DIR": str(d.root),
+            "RESULT_DIR": str(d.result),
+            "LOG_DIR": str(d.logs),
+            "DATA_DIR": job["spec"]["env"].get("DATA_DIR", str(d.code)),
+        }
+
+    def _prepare(self, d: JobDir, job: dict[str, Any]) -> None:
+        d.create()
+        spec = job["spec"]
+        entry = d.code / spec["entrypoint"]
+        if spec["code"] is not None:
+            entry.write_text(spec["code"])
+        else:
+            source = Path(spec["script"])
+            shutil.copy2(source, d.code / source.name)
+            entry = d.code / source.name
+        write_json_atomic(
+            d.job,
+            {
+                "id": job["id"],
+                "program": [str(entry), *spec["args"]],
+                "max_gpus": job["max_gpus"],
+            },
+        )
+
+    def _order(self, job_id: str, action: str, devices: Sequence[Device]) -> None:
+        d = self.job_dir(job_id)
+        previous = d.read_orders() or {"seq": 0}
+        d.write_orders({"seq": previous["seq"] + 1, "action": action, "devices": _devices(devices)})
+
+    async def _watch(self, job_id: str, handle: ProcessHandle) -> None:
+        """Follow one driver until it exits, forwarding what it reports to the service."""
+        assert self._service is not None, "attach() the service before starting jobs"
+        service = self._service
+        d = self.job_dir(job_id)
+        tail = EventTail(d.logs)
+        running = False
+        try:
+            while handle.returncode is None:
+                if not running and (d.read_status() or {}).get("state") == "running":
+                    running = True
+                    await service.job_running(job_id)
+                records = await asyncio.to_thread(tail.read_new)
+                if records:
+                    service.add_metrics(job_id, records)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(handle.wait()), self.poll_interval)
+            records = await asyncio.to_thread(tail.read_new)
+            if records:
+                service.add_metrics(job_id, records)
+            code = handle.returncode
+            self._drivers.pop(job_id, None)
+            self._watchers.pop(job_id, None)
+            status = d.read_status() or {}
+            if code == 0:
+                await service.job_exited(job_id, True, "finished")
+            else:
+                reason = status.get("error") or _tail_text(log_paths(d.logs, DRIVER)[1])
+                await service.job_exited(job_id, False, f"exit code {code}: {reason}".strip())
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("Watching job %s failed", job_id)
+
+
+def _devices(devices: Sequence[Device]) -> list[dict[str, Any]]:
+    return [{"id": d.id, "index": d.index, "virtual": d.virtual} for d in devices]
+
+
+def _tail_text(path: Path, limit: int = 2000) -> str:
+    """The end of a log, for a failure reason a user can act on."""
+    try:
+        data = path.read_bytes()[-limit:]
+    except FileNotFoundError:
+        return ""
+    return data.decode(errors="replace").strip()

@@ -1,0 +1,189 @@
+"""The job lifecycle: submit, schedule, resize, cancel, finish; and the change feed.
+
+The service knows users only as names handed in with each call (the Jupyter identity in the
+embedded mode, a forwarded one in the shared mode); it never imports Jupyter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+from ..scheduling.allocator import SCHEDULED_STATES, Order, plan
+from ..scheduling.inventory import Device, Inventory, snapshot
+from ..scheduling.policy import PolicyName
+from .models import TERMINAL, JobSpec, JobState
+from .store import JobStore, UnknownJob
+
+log = logging.getLogger(__name__)
+
+
+class JobRunner(Protocol):
+    """Runs jobs' processes. It reports back through the service's `job_*` methods."""
+
+    async def start(self, job: dict[str, Any], devices: Sequence[Device]) -> None: ...
+
+    async def resize(self, job: dict[str, Any], devices: Sequence[Device]) -> None: ...
+
+    async def suspend(self, job: dict[str, Any]) -> None: ...
+
+    async def cancel(self, job: dict[str, Any]) -> None: ...
+
+
+class NotAllowed(PermissionError):
+    """The user may see the job but not do this to it (e.g. cancel a finished job)."""
+
+
+class JobService:
+    def __init__(
+        self,
+        store: JobStore,
+        inventory: Inventory,
+        runner: JobRunner,
+        *,
+        policy: PolicyName = "fair-share",
+        min_rescale_interval: float = 30.0,
+        admin_users: Iterable[str] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.inventory = inventory
+        self.runner = runner
+        self.policy = policy
+        self.min_rescale_interval = min_rescale_interval
+        self.admin_users = frozenset(admin_users)
+        self.clock = clock
+        self._schedule_lock = asyncio.Lock()
+        self._changed = asyncio.Event()
+
+    # queries ------------------------------------------------------------------------------
+
+    def is_admin(self, user: str) -> bool:
+        return user in self.admin_users
+
+    def get(self, user: str, job_id: str) -> dict[str, Any]:
+        """The job, if `user` may see it; others' jobs look absent, so ids leak nothing."""
+        job = self.store.get_job(job_id)
+        if job["user"] != user and not self.is_admin(user):
+            raise UnknownJob(job_id)
+        return job
+
+    def list(
+        self, user: str, *, states: Iterable[JobState] | None = None, owner: str | None = None
+    ) -> list[dict[str, Any]]:
+        if not self.is_admin(user):
+            if owner not in (None, user):
+                raise NotAllowed("Only an administrator can list other users' jobs.")
+            owner = user
+        return self.store.list_jobs(user=owner, states=states)
+
+    def events(self, user: str, *, after: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        owner = None if self.is_admin(user) else user
+        return self.store.events(after=after, user=owner, limit=limit)
+
+    def changed(self) -> asyncio.Event:
+        """An event set at the next recorded change. Take it before reading, then wait on it,
+        so a change between the read and the wait is never missed."""
+        return self._changed
+
+    # commands -----------------------------------------------------------------------------
+
+    async def submit(self, user: str, spec: JobSpec) -> dict[str, Any]:
+        job = self.store.create_job(user, spec, now=self.clock())
+        self._notify()
+        await self.reschedule()
+        return self.store.get_job(job["id"])
+
+    async def update(
+        self, user: str, job_id: str, *, priority: int | None = None, max_gpus: int | None = None
+    ) -> dict[str, Any]:
+        self.get(user, job_id)
+        self.store.update_limits(job_id, priority=priority, max_gpus=max_gpus, now=self.clock())
+        self._notify()
+        await self.reschedule()
+        return self.store.get_job(job_id)
+
+    async def cancel(self, user: str, job_id: str) -> dict[str, Any]:
+        job = self.get(user, job_id)
+        if JobState(job["state"]) in TERMINAL:
+            raise NotAllowed(f"Job {job_id} has already finished ({job['state']}).")
+        if job["devices"] or job["state"] in ("STARTING", "RUNNING"):
+            await self.runner.cancel(job)
+        self.store.set_state(job_id, JobState.CANCELLED, f"cancelled by {user}", now=self.clock())
+        self._notify()
+        await self.reschedule()
+        return self.store.get_job(job_id)
+
+    # reports from the runner --------------------------------------------------------------
+
+    async def job_running(self, job_id: str, reason: str = "workers formed") -> None:
+        job = self.store.get_job(job_id)
+        if job["state"] == JobState.STARTING.value:
+            self.store.set_state(job_id, JobState.RUNNING, reason, now=self.clock())
+            self._notify()
+
+    async def job_exited(self, job_id: str, succeeded: bool, reason: str) -> None:
+        job = self.store.get_job(job_id)
+        if JobState(job["state"]) in TERMINAL or job["state"] == JobState.QUEUED.value:
+            return  # cancelled or suspended: the runner's exit report is stale
+        if job["state"] == JobState.STARTING.value and succeeded:
+            self.store.set_state(job_id, JobState.RUNNING, "started", now=self.clock())
+        state = JobState.SUCCEEDED if succeeded else JobState.FAILED
+        self.store.set_state(job_id, state, reason, now=self.clock())
+        self._notify()
+        await self.reschedule()
+
+    def add_metrics(self, job_id: str, records: Sequence[dict[str, Any]]) -> None:
+        self.store.add_metrics(job_id, records, now=self.clock())
+        self._notify()
+
+    # scheduling ---------------------------------------------------------------------------
+
+    async def reschedule(self) -> list[Order]:
+        """Recompute the target allocation and carry out the orders that reach it."""
+        async with self._schedule_lock:
+            devices = await snapshot(self.inventory)
+            jobs = self.store.list_jobs(states=[JobState(s) for s in SCHEDULED_STATES])
+            orders = plan(
+                jobs,
+                devices,
+                self.policy,
+                now=self.clock(),
+                min_rescale_interval=self.min_rescale_interval,
+            )
+            by_id = {d.id: d for d in devices}
+            for order in orders:
+                await self._apply(order, [by_id[d] for d in order.devices])
+            if orders:
+                self._notify()
+            return orders
+
+    async def _apply(self, order: Order, devices: Sequence[Device]) -> None:
+        job_id, now = order.job_id, self.clock()
+        n = len(devices)
+        if order.action == "start":
+            self.store.set_state(job_id, JobState.STARTING, f"given {n} GPU(s)", now=now)
+            job = self.store.set_devices(job_id, order.devices, "admitted", now=now)
+            try:
+                await self.runner.start(job, devices)
+            except Exception as err:  # a job that cannot start must not block the others
+                log.exception("Job %s could not start", job_id)
+                self.store.set_state(job_id, JobState.FAILED, f"could not start: {err}", now=now)
+        elif order.action == "resize":
+            before = len(self.store.get_job(job_id)["devices"])
+            verb = "grown" if n > before else "shrunk" if n < before else "moved"
+            job = self.store.set_devices(job_id, order.devices, f"{verb} to {n} GPU(s)", now=now)
+            await self.runner.resize(job, devices)
+        else:
+            job = self.store.get_job(job_id)
+            await self.runner.suspend(job)
+            self.store.set_state(job_id, JobState.SUSPENDED, "preempted", now=now)
+            self.store.set_devices(job_id, [], "suspended", now=now)
+            self.store.set_state(job_id, JobState.QUEUED, "waiting for GPUs", now=now)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()

@@ -1,0 +1,73 @@
+"""A job's directory: the one place the server and the job's driver exchange orders and status.
+
+Drivers always run beside the job service (workers may run elsewhere), so a directory is the
+whole control channel: orders and status are JSON files replaced atomically, events are
+JSON-lines files that only grow. It needs no port or token, and it outlives a server restart,
+which is how a restarted server finds its running jobs again.
+
+Layout of ``<jobs_dir>/<job id>/``:
+  job.json      the program to run (written once by the server)
+  orders.json   ``{"seq": n, "action": "run" | "suspend", "devices": [...]}`` (server)
+  status.json   ``{"pid": ..., "state": ..., "generation": ..., "workers": [...]}`` (driver)
+  code/         the submitted code; the working directory of every process
+  result/       RESULT_DIR: checkpoints, the final model
+  logs/         LOG_DIR: one stdout/stderr pair and one events file per process
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Readers see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    """The file's JSON, or None while it does not exist yet."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+class JobDir:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.job = self.root / "job.json"
+        self.orders = self.root / "orders.json"
+        self.status = self.root / "status.json"
+        self.code = self.root / "code"
+        self.result = self.root / "result"
+        self.logs = self.root / "logs"
+
+    def create(self) -> None:
+        for d in (self.code, self.result, self.logs):
+            d.mkdir(parents=True, exist_ok=True)
+
+    def read_orders(self) -> dict[str, Any] | None:
+        return read_json(self.orders)
+
+    def write_orders(self, orders: dict[str, Any]) -> None:
+        write_json_atomic(self.orders, orders)
+
+    def read_status(self) -> dict[str, Any] | None:
+        return read_json(self.status)
+
+    def write_status(self, status: dict[str, Any]) -> None:
+        write_json_atomic(self.status, status)
