@@ -59,12 +59,55 @@ class MetricsHandler(EDTHandler):
     @web.authenticated
     @authorized
     async def get(self, job_id: str) -> None:
-        try:
-            after = int(self.get_argument("after", "0"))
-        except ValueError as err:
-            raise APIError(400, "must be an integer cursor", "after") from err
+        after = _int_argument(self, "after") or 0
         with api_errors():
             self.service.get(self.user_name, job_id)
             records = self.service.store.metrics(job_id, after=after)
         cursor = records[-1]["id"] if records else after
         self.write_json({"metrics": records, "cursor": cursor})
+
+
+class LogsHandler(EDTHandler):
+    """Without `name`: the job's log names. With it: `tail` lines, or the bytes from `offset`."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        name = self.get_argument("name", None)
+        with api_errors():
+            if name is None:
+                self.write_json({"logs": self.service.log_names(self.user_name, job_id)})
+                return
+            offset = _int_argument(self, "offset")
+            tail = _int_argument(self, "tail")
+            if offset is not None and tail is not None:
+                raise APIError(400, "give offset or tail, not both", "tail")
+            chunk = self.service.read_log(
+                self.user_name,
+                job_id,
+                name,
+                offset=offset,
+                tail=100 if offset is None and tail is None else tail,
+            )
+        self.write_json(
+            {
+                "name": chunk.name,
+                "text": chunk.text,
+                "offset": chunk.offset,
+                "next_offset": chunk.next_offset,
+                "size": chunk.size,
+            }
+        )
+
+
+def _int_argument(handler: EDTHandler, name: str) -> int | None:
+    value = handler.get_argument(name, None)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError as err:
+        raise APIError(400, "must be a non-negative integer", name) from err
+    if number < 0:
+        raise APIError(400, "must be a non-negative integer", name)
+    return number

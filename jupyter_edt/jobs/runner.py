@@ -55,6 +55,9 @@ class DriverRunner:
     def job_dir(self, job_id: str) -> JobDir:
         return JobDir(self.jobs_dir / job_id)
 
+    def log_dir(self, job_id: str) -> Path:
+        return self.job_dir(job_id).logs
+
     # orders from the service --------------------------------------------------------------
 
     async def start(self, job: dict[str, Any], devices: Sequence[Device]) -> None:

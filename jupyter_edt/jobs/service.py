@@ -10,11 +10,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..scheduling.allocator import SCHEDULED_STATES, Order, plan
 from ..scheduling.inventory import Device, Inventory, snapshot
 from ..scheduling.policy import PolicyName
+from .logs import LogChunk, list_logs, read_log
 from .models import TERMINAL, JobSpec, JobState
 from .store import JobStore, UnknownJob
 
@@ -31,6 +33,8 @@ class JobRunner(Protocol):
     async def suspend(self, job: dict[str, Any]) -> None: ...
 
     async def cancel(self, job: dict[str, Any]) -> None: ...
+
+    def log_dir(self, job_id: str) -> Path: ...
 
 
 class NotAllowed(PermissionError):
@@ -83,6 +87,16 @@ class JobService:
     def events(self, user: str, *, after: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         owner = None if self.is_admin(user) else user
         return self.store.events(after=after, user=owner, limit=limit)
+
+    def log_names(self, user: str, job_id: str) -> list[str]:
+        self.get(user, job_id)
+        return list_logs(self.runner.log_dir(job_id))
+
+    def read_log(
+        self, user: str, job_id: str, name: str, *, offset: int | None, tail: int | None
+    ) -> LogChunk:
+        self.get(user, job_id)
+        return read_log(self.runner.log_dir(job_id), name, offset=offset, tail=tail)
 
     def changed(self) -> asyncio.Event:
         """An event set at the next recorded change. Take it before reading, then wait on it,

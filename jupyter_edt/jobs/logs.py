@@ -1,0 +1,50 @@
+"""Reading a job's log files by name: a window at an offset, or the last lines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+LOG_SUFFIXES = (".stdout", ".stderr", ".out", ".log")
+MAX_CHUNK = 1 << 20  # one answer carries at most 1 MiB of log
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    name: str
+    text: str
+    offset: int  # where `text` starts, in bytes
+    next_offset: int  # pass it back to read what follows
+    size: int  # the file's size now
+
+
+def list_logs(log_dir: Path) -> list[str]:
+    """The job's log files, driver first, then workers by name."""
+    if not log_dir.is_dir():
+        return []
+    names = sorted(p.name for p in log_dir.iterdir() if p.suffix in LOG_SUFFIXES)
+    return sorted(names, key=lambda n: (not n.startswith("driver"), n))
+
+
+def read_log(
+    log_dir: Path, name: str, *, offset: int | None = None, tail: int | None = None
+) -> LogChunk:
+    """`offset`: the bytes from there on (follow mode); `tail`: the last `tail` lines."""
+    if name not in list_logs(log_dir):
+        raise ValueError(f"This job has no log named {name!r}.")
+    path = log_dir / name
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        if tail is not None:
+            start = max(0, size - MAX_CHUNK)
+            f.seek(start)
+            data = f.read(size - start)
+            lines = data.splitlines(keepends=True)
+            kept = lines[-tail:] if tail > 0 else []
+            text = b"".join(kept)
+            start = size - len(text)
+        else:
+            start = min(max(0, offset or 0), size)
+            f.seek(start)
+            text = f.read(min(MAX_CHUNK, size - start))
+    return LogChunk(name, text.decode(errors="replace"), start, start + len(text), size)
