@@ -91,7 +91,7 @@ test-py: install
 	$(PY) -m pytest
 
 test-ui: install chromium ui-tests/node_modules/.install-stamp
-	cd ui-tests && CHROMIUM_PATH=$(CHROMIUM) npm test
+	cd ui-tests && EDT_UI_SKIP_INSTALL=1 CHROMIUM_PATH=$(CHROMIUM) ./run.sh
 
 # Summaries of pytest and Playwright come last, in that order.
 test: lint check-extension test-js test-py test-ui
