@@ -16,6 +16,8 @@ VIRTUAL_GPUS ?= 4
 LAB_ARGS ?=
 CHROMIUM ?= /usr/bin/chromium
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# Jupyter's tools start each other by name (jupyter-builder, for one), so .venv/bin goes first.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 # A machine with an NVIDIA GPU gets PyPI's CUDA build of torch; any other gets the CPU build.

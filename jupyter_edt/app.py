@@ -7,7 +7,7 @@ import getpass
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider, User
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Enum, Float, Int, List, Unicode, default, validate
+from traitlets import Bool, Enum, Float, Int, List, Unicode, default, validate
 
 from . import __version__
 from .api import default_handlers
@@ -80,6 +80,13 @@ class EDTApp(ExtensionApp):
         help="""Metric records kept per job; past it, older records are thinned.""",
     )
 
+    resume_lost_jobs = Bool(
+        True,
+        config=True,
+        help="""When the server starts and a running job's processes are gone, queue it again
+        to resume from its last checkpoint (True) or mark it FAILED (False).""",
+    )
+
     admin_users = List(
         Unicode(),
         config=True,
@@ -143,10 +150,17 @@ class EDTApp(ExtensionApp):
         )
         self.job_service.runner.attach(self.job_service)
 
+    async def _start_jupyter_server_extension(self, serverapp: object) -> None:
+        outcome = await self.job_service.recover(resume_lost=self.resume_lost_jobs)
+        for kind, ids in outcome.items():
+            if ids:
+                self.log.info("jupyter-edt: %s jobs after restart: %s", kind, ", ".join(ids))
+
     def initialize_handlers(self) -> None:
         self.handlers.extend(default_handlers)
 
     async def stop_extension(self) -> None:
+        await self.job_service.runner.close()
         self.job_service.store.close()
         self.inventory.close()
 

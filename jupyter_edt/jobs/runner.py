@@ -64,20 +64,42 @@ class DriverRunner:
         d = self.job_dir(job["id"])
         await asyncio.to_thread(self._prepare, d, job)
         d.write_orders({"seq": 1, "action": "run", "devices": _devices(devices)})
-        spec = job["spec"]
-        handle = await self.launcher.start(
-            ProcessSpec(
-                job_id=job["id"],
-                name=DRIVER,
-                argv=[self.python, "-m", "jupyter_edt.runtime.driver", str(d.root)],
-                cwd=d.code,
-                log_dir=d.logs,
-                env={**spec["env"], **self.contract(job)},
-                virtual_devices=True,  # the driver never touches a GPU
-            )
+        handle = await self.launcher.start(self._driver_spec(job))
+        self._follow(job["id"], handle)
+
+    def reattach(self, job: dict[str, Any]) -> bool:
+        """After a server restart: follow the job's driver again if it still runs."""
+        d = self.job_dir(job["id"])
+        status = d.read_status() or {}
+        if "pid" not in status or "started" not in status:
+            return False
+
+        def exit_code() -> int | None:
+            return (d.read_status() or {}).get("exit_code")
+
+        handle = self.launcher.adopt(
+            self._driver_spec(job), status["pid"], status["started"], exit_code
         )
-        self._drivers[job["id"]] = handle
-        self._watchers[job["id"]] = asyncio.create_task(self._watch(job["id"], handle))
+        if handle is None:
+            return False
+        self._follow(job["id"], handle)
+        return True
+
+    def _driver_spec(self, job: dict[str, Any]) -> ProcessSpec:
+        d = self.job_dir(job["id"])
+        return ProcessSpec(
+            job_id=job["id"],
+            name=DRIVER,
+            argv=[self.python, "-m", "jupyter_edt.runtime.driver", str(d.root)],
+            cwd=d.code,
+            log_dir=d.logs,
+            env={**job["spec"]["env"], **self.contract(job)},
+            virtual_devices=True,  # the driver never touches a GPU
+        )
+
+    def _follow(self, job_id: str, handle: ProcessHandle) -> None:
+        self._drivers[job_id] = handle
+        self._watchers[job_id] = asyncio.create_task(self._watch(job_id, handle))
 
     async def resize(self, job: dict[str, Any], devices: Sequence[Device]) -> None:
         self._order(job["id"], "run", devices)

@@ -36,6 +36,8 @@ class JobRunner(Protocol):
 
     def log_dir(self, job_id: str) -> Path: ...
 
+    def reattach(self, job: dict[str, Any]) -> bool: ...
+
 
 class NotAllowed(PermissionError):
     """The user may see the job but not do this to it (e.g. cancel a finished job)."""
@@ -153,6 +155,43 @@ class JobService:
     def add_metrics(self, job_id: str, records: Sequence[dict[str, Any]]) -> None:
         self.store.add_metrics(job_id, records, now=self.clock())
         self._notify()
+
+    # restart ------------------------------------------------------------------------------
+
+    async def recover(self, *, resume_lost: bool = True) -> dict[str, list[str]]:
+        """After a (re)start: follow the jobs whose driver still runs; resume or fail the rest.
+
+        A resumed job goes back to the queue and restarts from its last checkpoint when it
+        gets devices again (the runtime resumes from the newest checkpoint it finds).
+        """
+        outcome: dict[str, list[str]] = {"reattached": [], "resumed": [], "failed": []}
+        now = self.clock()
+        for job in self.store.list_jobs(states=[JobState.STARTING, JobState.RUNNING]):
+            if self.runner.reattach(job):
+                outcome["reattached"].append(job["id"])
+                continue
+            if resume_lost:
+                self.store.set_state(job["id"], JobState.SUSPENDED, "processes lost", now=now)
+                self.store.set_devices(job["id"], [], "processes lost", now=now)
+                self.store.set_state(
+                    job["id"],
+                    JobState.QUEUED,
+                    "its processes were gone after a server restart; it resumes from its "
+                    "last checkpoint",
+                    now=now,
+                )
+                outcome["resumed"].append(job["id"])
+            else:
+                self.store.set_state(
+                    job["id"],
+                    JobState.FAILED,
+                    "its processes were gone after a server restart",
+                    now=now,
+                )
+                outcome["failed"].append(job["id"])
+        self._notify()
+        await self.reschedule()
+        return outcome
 
     # scheduling ---------------------------------------------------------------------------
 

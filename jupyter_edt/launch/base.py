@@ -7,7 +7,7 @@ can stop everything it started for a job. A cluster engine (Ray) implements the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -41,5 +41,10 @@ class ProcessHandle(Protocol):
 
 class Launcher(Protocol):
     async def start(self, spec: ProcessSpec) -> ProcessHandle: ...
+
+    def adopt(
+        self, spec: ProcessSpec, pid: int, started: int, exit_code: Callable[[], int | None]
+    ) -> ProcessHandle | None:
+        """Watch a process a previous server started, if that same process still runs."""
 
     async def stop(self, handle: ProcessHandle, grace: float = 10.0) -> int: ...

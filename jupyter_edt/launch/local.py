@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from .base import ProcessSpec
@@ -28,6 +29,49 @@ class LocalProcess:
 
     async def wait(self) -> int:
         return await asyncio.to_thread(self._popen.wait)
+
+
+class AdoptedProcess:
+    """A process this server did not start (a previous server did): watched by its pid.
+
+    Its exit code cannot be collected by a non-parent, so `exit_code` asks the caller's record
+    (the job's status file) once the pid is gone; None there means "unknown" (-1).
+    """
+
+    def __init__(
+        self, spec: ProcessSpec, pid: int, exit_code: Callable[[], int | None], poll: float = 0.2
+    ) -> None:
+        self.spec = spec
+        self.pid = pid
+        self._exit_code = exit_code
+        self._poll = poll
+
+    @property
+    def returncode(self) -> int | None:
+        if process_start_time(self.pid) is not None:
+            return None
+        code = self._exit_code()
+        return -1 if code is None else code
+
+    async def wait(self) -> int:
+        while (code := self.returncode) is None:
+            await asyncio.sleep(self._poll)  # no child to wait on: poll the pid
+        return code
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None if it is gone (or a zombie).
+
+    Together with the pid it identifies a process: a reused pid has another start time.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
 
 
 class LocalLauncher:
@@ -57,7 +101,15 @@ class LocalLauncher:
             )
         return LocalProcess(spec, popen)
 
-    async def stop(self, handle: LocalProcess, grace: float = 10.0) -> int:
+    def adopt(
+        self, spec: ProcessSpec, pid: int, started: int, exit_code: Callable[[], int | None]
+    ) -> AdoptedProcess | None:
+        """Watch a process a previous server started, if that very process still runs."""
+        if process_start_time(pid) != started:
+            return None
+        return AdoptedProcess(spec, pid, exit_code)
+
+    async def stop(self, handle: LocalProcess | AdoptedProcess, grace: float = 10.0) -> int:
         """SIGTERM the process group, then SIGKILL it if it is still there after `grace`."""
         _signal_group(handle.pid, signal.SIGTERM)
         try:

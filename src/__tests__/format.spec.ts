@@ -1,0 +1,92 @@
+import type { ClusterInfo, Device } from '../api';
+import {
+  clampPercent,
+  describeCluster,
+  formatBytes,
+  formatMemory
+} from '../format';
+
+const GiB = 1024 ** 3;
+
+function device(overrides: Partial<Device> = {}): Device {
+  return {
+    id: 'gpu0',
+    index: 0,
+    uuid: 'GPU-0',
+    name: 'NVIDIA H200',
+    memory_total: 80 * GiB,
+    memory_used: 1.2 * GiB,
+    utilization: 37,
+    virtual: false,
+    ...overrides
+  };
+}
+
+describe('formatBytes', () => {
+  it.each([
+    [0, '0 B'],
+    [512, '512 B'],
+    [1024, '1 KiB'],
+    [1536, '1.5 KiB'],
+    [1.2 * GiB, '1.2 GiB'],
+    [80 * GiB, '80 GiB'],
+    [150000000000, '139.7 GiB'],
+    [2 * 1024 * GiB, '2 TiB']
+  ])('formats %d bytes as %s', (bytes, text) => {
+    expect(formatBytes(bytes)).toBe(text);
+  });
+
+  it('refuses nonsense', () => {
+    expect(formatBytes(-1)).toBe('?');
+    expect(formatBytes(Number.NaN)).toBe('?');
+  });
+});
+
+describe('formatMemory', () => {
+  it('shows used / total', () => {
+    expect(formatMemory(device())).toBe('1.2 GiB / 80 GiB');
+  });
+
+  it('is null when the device reports no memory', () => {
+    expect(
+      formatMemory(device({ memory_total: null, memory_used: null }))
+    ).toBeNull();
+  });
+
+  it('marks an unknown used memory', () => {
+    expect(formatMemory(device({ memory_used: null }))).toBe('? / 80 GiB');
+  });
+});
+
+describe('clampPercent', () => {
+  it('clamps to 0-100 and keeps null', () => {
+    expect(clampPercent(37)).toBe(37);
+    expect(clampPercent(120)).toBe(100);
+    expect(clampPercent(-3)).toBe(0);
+    expect(clampPercent(null)).toBeNull();
+  });
+});
+
+describe('describeCluster', () => {
+  it('counts NVIDIA GPUs', () => {
+    const one: ClusterInfo = { source: 'nvml', devices: [device()] };
+    const two: ClusterInfo = {
+      source: 'nvml',
+      devices: [device(), device({ id: 'gpu1', index: 1 })]
+    };
+    expect(describeCluster(one)).toBe('1 NVIDIA GPU');
+    expect(describeCluster(two)).toBe('2 NVIDIA GPUs');
+    expect(describeCluster({ source: 'nvml', devices: [] })).toBe(
+      'No GPUs found'
+    );
+  });
+
+  it('says when the devices are virtual', () => {
+    const devices = [0, 1, 2, 3].map(i =>
+      device({ id: `gpu${i}`, index: i, virtual: true })
+    );
+    expect(describeCluster({ source: 'virtual', devices })).toBe(
+      '4 virtual GPUs (no NVIDIA GPU found)'
+    );
+  });
+});

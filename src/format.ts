@@ -1,0 +1,60 @@
+import type { ClusterInfo, Device } from './api';
+
+const BYTE_UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+
+/**
+ * Format a byte count in binary units with at most one decimal,
+ * e.g. 1288490188 -> "1.2 GiB", 85899345920 -> "80 GiB".
+ */
+export function formatBytes(bytes: number): string {
+  if (!Number.isFinite(bytes) || bytes < 0) {
+    return '?';
+  }
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < BYTE_UNITS.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  const rounded = unit === 0 ? Math.round(value) : Math.round(value * 10) / 10;
+  return `${rounded} ${BYTE_UNITS[unit]}`;
+}
+
+/** "used / total" memory of a device, or null when the device does not report it. */
+export function formatMemory(device: Device): string | null {
+  if (device.memory_total === null || device.memory_total === undefined) {
+    return null;
+  }
+  const used =
+    device.memory_used === null || device.memory_used === undefined
+      ? '?'
+      : formatBytes(device.memory_used);
+  return `${used} / ${formatBytes(device.memory_total)}`;
+}
+
+/** Clamp a utilisation in percent to 0-100; null when unknown. */
+export function clampPercent(value: number | null | undefined): number | null {
+  if (value === null || value === undefined || !Number.isFinite(value)) {
+    return null;
+  }
+  return Math.min(100, Math.max(0, value));
+}
+
+function plural(count: number, word: string): string {
+  return `${count} ${word}${count === 1 ? '' : 's'}`;
+}
+
+/**
+ * One line saying what devices there are and where they come from,
+ * e.g. "2 NVIDIA GPUs" or "4 virtual GPUs (no NVIDIA GPU found)".
+ */
+export function describeCluster(cluster: ClusterInfo): string {
+  const count = cluster.devices.length;
+  if (cluster.source === 'virtual') {
+    return `${plural(count, 'virtual GPU')} (no NVIDIA GPU found)`;
+  }
+  if (count === 0) {
+    return 'No GPUs found';
+  }
+  return plural(count, 'NVIDIA GPU');
+}

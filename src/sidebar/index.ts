@@ -1,0 +1,3 @@
+export * from './components';
+export * from './model';
+export * from './widget';
