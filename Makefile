@@ -57,7 +57,7 @@ jupyter_edt/labextension/package.json: node_modules/.install-stamp $(FRONTEND_SO
 # The lab extension is built above, so the Python build hook is skipped here.
 $(VENV)/.install-stamp: $(VENV)/.deps-stamp pyproject.toml jupyter_edt/labextension/package.json
 	SKIP_JUPYTER_BUILDER=1 $(PIP) install -e ".[test]" --no-build-isolation
-	$(JUPYTER) labextension develop . --overwrite
+	$(VENV)/bin/jupyter-builder develop . --overwrite
 	touch $@
 
 install: $(VENV)/.install-stamp

@@ -25,6 +25,10 @@ export interface Device {
   utilization: number | null;
   /** Whether the device is a virtual one (a CPU worker slot). */
   virtual: boolean;
+  /** Whether a job holds the device now. */
+  held: boolean;
+  /** The holding job's id when it is the user's own; null otherwise. */
+  job_id: string | null;
 }
 
 /** The answer of GET /edt/api/v1/cluster. */

@@ -1,4 +1,4 @@
-"""GET /edt/api/v1/cluster: the devices jobs can be given."""
+"""GET /edt/api/v1/cluster: the devices jobs can be given, and which are taken."""
 
 from __future__ import annotations
 
@@ -15,6 +15,18 @@ class ClusterHandler(EDTHandler):
     async def get(self) -> None:
         inventory = self.extensionapp.inventory
         devices = await snapshot(inventory)
+        holders = self.service.holders(self.user_name)
         self.write_json(
-            {"source": inventory.source, "devices": [device.to_dict() for device in devices]}
+            {
+                "source": inventory.source,
+                "devices": [
+                    {
+                        **device.to_dict(),
+                        "held": device.id in holders,
+                        # another user's job holds it: the device is taken, the job stays private
+                        "job_id": holders.get(device.id),
+                    }
+                    for device in devices
+                ],
+            }
         )

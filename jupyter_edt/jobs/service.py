@@ -90,6 +90,15 @@ class JobService:
         owner = None if self.is_admin(user) else user
         return self.store.events(after=after, user=owner, limit=limit)
 
+    def holders(self, user: str) -> dict[str, str | None]:
+        """Each held device's job id; None where the job is not `user`'s to see."""
+        out: dict[str, str | None] = {}
+        for job in self.store.list_jobs(states=[JobState.STARTING, JobState.RUNNING]):
+            visible = job["user"] == user or self.is_admin(user)
+            for device in job["devices"]:
+                out[device] = job["id"] if visible else None
+        return out
+
     def log_names(self, user: str, job_id: str) -> list[str]:
         self.get(user, job_id)
         return list_logs(self.runner.log_dir(job_id))

@@ -43,7 +43,9 @@ const CLUSTER: ClusterInfo = {
       memory_total: 150000000000,
       memory_used: 1234,
       utilization: 37,
-      virtual: false
+      virtual: false,
+      held: true,
+      job_id: 'a1b2c3d4e5f6'
     }
   ]
 };
@@ -95,7 +97,9 @@ describe('requestAPI', () => {
           memory_total: null,
           memory_used: null,
           utilization: null,
-          virtual: true
+          virtual: true,
+          held: false,
+          job_id: null
         }
       ]
     };

@@ -18,6 +18,8 @@ function device(overrides: Partial<Device> = {}): Device {
     memory_used: 1.2 * GiB,
     utilization: 37,
     virtual: false,
+    held: false,
+    job_id: null,
     ...overrides
   };
 }

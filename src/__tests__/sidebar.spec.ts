@@ -13,7 +13,9 @@ const CLUSTER: ClusterInfo = {
     memory_total: null,
     memory_used: null,
     utilization: null,
-    virtual: true
+    virtual: true,
+    held: index === 0,
+    job_id: index === 0 ? 'a1b2c3d4e5f6' : null
   }))
 };
 
@@ -93,6 +95,12 @@ describe('EdtSidebar', () => {
     const rows = sidebar.node.querySelectorAll('.jp-edt-device');
     expect(rows[0].getAttribute('data-device-id')).toBe('gpu0');
     expect(rows[1].querySelector('.jp-edt-virtual-badge')).not.toBeNull();
+    expect(rows[0].querySelector('.jp-edt-device-holder')?.textContent).toBe(
+      'training job a1b2c3d4e5f6'
+    );
+    expect(rows[1].querySelector('.jp-edt-device-holder')?.textContent).toBe(
+      'free'
+    );
     expect(sidebar.node.querySelector('.jp-edt-source')?.textContent).toBe(
       '2 virtual GPUs (no NVIDIA GPU found)'
     );

@@ -37,6 +37,7 @@ export function DeviceRow(props: { device: Device }): JSX.Element {
       className="jp-edt-device"
       data-device-id={device.id}
       data-virtual={device.virtual ? 'true' : 'false'}
+      data-held={device.held ? 'true' : 'false'}
       title={device.uuid}
     >
       <div className="jp-edt-device-head">
@@ -45,6 +46,13 @@ export function DeviceRow(props: { device: Device }): JSX.Element {
         {device.virtual && (
           <span className="jp-edt-virtual-badge">virtual</span>
         )}
+      </div>
+      <div className="jp-edt-device-holder jp-edt-muted">
+        {device.held
+          ? device.job_id
+            ? `training job ${device.job_id}`
+            : "another user's job"
+          : 'free'}
       </div>
       <div className="jp-edt-device-stats">
         {memory !== null ? (
