@@ -1,0 +1,279 @@
+"""The control interface between a job's controller (the driver) and its workers.
+
+Everything goes through one ``torch.distributed.TCPStore`` that the controller hosts; workers
+connect to it as clients (``EDT_STORE=host:port``). Keys:
+
+Orders (written by the controller)
+  ``ctl``               JSON ``{"gen": g, "hold": step, "ckpt": n}``: the newest generation, a
+                        global step before which workers pause (-1: none), and a counter of
+                        checkpoint requests. Workers read it once per global step.
+  ``members/<g>``       JSON list of worker ids in rank order: the target worker set of
+                        generation ``g``. Written before ``ctl.gen`` is raised to ``g``.
+  ``release/<step>``    lets workers paused at ``hold`` continue.
+
+Reports (written by workers)
+  ``ready/<worker>``    a launched worker has imported and built its model and waits to join.
+  ``formed/<g>``        JSON from rank 0 once generation ``g`` has formed and synced its state
+                        (``pause_s``, ``world_size``, ``resumed_step``).
+  ``failed/<g>``        counter: a collective of generation ``g`` failed (dead or stuck peer).
+  ``held/<step>/<worker>`` a worker has paused at ``hold``.
+  Events (loss, metrics, samples/s, world size, generation) go to per-worker JSON-lines files in
+  the job's log directory (see ``events.py``).
+
+Rules: an order takes effect at the first global-step boundary after the step during which every
+worker has seen it (workers agree through the step's reduction). Survivors keep their process,
+joiners receive the state from a peer, workers left out of ``members/<g>`` exit with status 0.
+A worker that dies is dropped by the controller publishing a generation without it.
+
+``LocalController`` implements the controller side for one machine (tests, benchmark).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CTL", "LocalController"]
+
+CTL = "ctl"
+
+
+def members_key(gen: int) -> str:
+    return f"members/{gen}"
+
+
+def ready_key(worker: str) -> str:
+    return f"ready/{worker}"
+
+
+def formed_key(gen: int) -> str:
+    return f"formed/{gen}"
+
+
+def failed_key(gen: int) -> str:
+    return f"failed/{gen}"
+
+
+def held_key(step: int, worker: str) -> str:
+    return f"held/{step}/{worker}"
+
+
+def release_key(step: int) -> str:
+    return f"release/{step}"
+
+
+class LocalController:
+    """Launches a job's workers as local processes and drives their membership.
+
+    ``program`` is the worker's command after ``python -m jupyter_edt.runtime.worker``: a script
+    path and its arguments. The script builds a ``Trainer`` and calls ``fit``.
+    """
+
+    def __init__(
+        self,
+        program: Sequence[str],
+        result_dir: str | os.PathLike[str],
+        *,
+        timeout_s: float = 10.0,
+        env: dict[str, str] | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        import torch.distributed as dist  # the controller hosts the store
+
+        self.program = list(program)
+        self.result_dir = Path(result_dir)
+        self.log_dir = self.result_dir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.timeout_s = timeout_s
+        self.python = python
+        self.extra_env = dict(env or {})
+        self.store = dist.TCPStore(
+            "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
+        )
+        self.port = self.store.port
+        self.ctl: dict[str, int] = {"gen": 0, "hold": -1, "ckpt": 0}
+        self.store.set(CTL, json.dumps(self.ctl))
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.members: tuple[str, ...] = ()
+        self.membership: list[dict[str, Any]] = []
+        self.failures: list[dict[str, Any]] = []
+        self._next = 0
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._monitor = threading.Thread(target=self._watch, daemon=True)
+        self._monitor.start()
+
+    # -- orders ------------------------------------------------------------------------------
+    def start(self, n: int) -> tuple[str, ...]:
+        """Launch ``n`` workers as generation 1."""
+        with self._lock:
+            ids = tuple(self._new_id() for _ in range(n))
+            self._publish(ids)
+            for w in ids:
+                self._launch(w)
+            return ids
+
+    def scale(self, n: int, *, wait: bool = True) -> int:
+        """Grow or shrink to ``n`` workers; returns the new generation.
+
+        Joiners are started first and the generation is published only once they are ready, so
+        the running workers pause for the re-form and state transfer alone. Shrinking drops the
+        most recent joiners.
+        """
+        with self._lock:
+            current = self.members
+            if n > len(current):
+                new = tuple(self._new_id() for _ in range(n - len(current)))
+                for w in new:
+                    self._launch(w)
+                self._wait_keys([ready_key(w) for w in new], max(120.0, self.timeout_s))
+                target = current + new
+            else:
+                target = current[:n]
+            gen = self._publish(target)
+        if wait:
+            self.wait_formed(gen)
+        return gen
+
+    def hold(self, step: int) -> None:
+        """Ask workers to pause before global step ``step`` (set it before they reach it)."""
+        with self._lock:
+            self.ctl["hold"] = step
+            self.store.set(CTL, json.dumps(self.ctl))
+
+    def wait_held(self, step: int, timeout_s: float = 120.0) -> None:
+        """Block until every current member has paused at ``step``."""
+        self._wait_keys([held_key(step, w) for w in self.members], timeout_s)
+
+    def release(self, step: int) -> None:
+        self.store.set(release_key(step), "1")
+
+    def request_checkpoint(self) -> None:
+        """Workers write a checkpoint at the next agreed step boundary."""
+        with self._lock:
+            self.ctl["ckpt"] += 1
+            self.store.set(CTL, json.dumps(self.ctl))
+
+    def kill(self, worker: str, sig: int = signal.SIGKILL) -> None:
+        self.procs[worker].send_signal(sig)
+
+    # -- reports -----------------------------------------------------------------------------
+    def wait_formed(self, gen: int, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Block until generation ``gen`` has formed; returns rank 0's report."""
+        self._wait_keys([formed_key(gen)], timeout_s)
+        return json.loads(self.store.get(formed_key(gen)))
+
+    def wait(self, timeout_s: float = 300.0) -> dict[str, int]:
+        """Block until every launched worker has exited; returns their exit codes."""
+        deadline = time.monotonic() + timeout_s
+        codes = {}
+        for w, p in list(self.procs.items()):
+            codes[w] = p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        return codes
+
+    def pids(self) -> dict[str, int]:
+        return {w: p.pid for w, p in self.procs.items()}
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every worker event so far, in time order (see ``events.read_events``)."""
+        from .events import read_events
+
+        return read_events(self.log_dir)
+
+    def close(self) -> None:
+        """Stop watching and kill any worker still running."""
+        self._stop.set()
+        self._monitor.join(timeout=5)
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+
+    def __enter__(self) -> LocalController:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------------
+    def _new_id(self) -> str:
+        self._next += 1
+        return f"w{self._next - 1}"
+
+    def _wait_keys(self, keys: list[str], timeout_s: float) -> None:
+        """Wait for store keys; fail early if a worker crashed (rather than was SIGKILLed)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.store.check(keys):
+            crashed = {w: rc for w, p in self.procs.items() if (rc := p.poll()) not in (None, 0)}
+            crashed = {w: rc for w, rc in crashed.items() if rc != -signal.SIGKILL}
+            if crashed:
+                raise RuntimeError(f"workers crashed: {crashed}; see {self.log_dir}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out waiting for {keys}")
+            self._stop.wait(0.01)
+
+    def _publish(self, members: tuple[str, ...]) -> int:
+        gen = self.ctl["gen"] + 1
+        self.store.set(members_key(gen), json.dumps(list(members)))
+        self.ctl["gen"] = gen
+        self.store.set(CTL, json.dumps(self.ctl))
+        self.members = members
+        self.membership.append({"gen": gen, "members": list(members), "time": time.time()})
+        return gen
+
+    def _launch(self, worker: str) -> None:
+        env = {
+            **os.environ,
+            "EDT_STORE": f"127.0.0.1:{self.port}",
+            "EDT_WORKER_ID": worker,
+            "EDT_RESULT_DIR": str(self.result_dir),
+            "EDT_LOG_DIR": str(self.log_dir),
+            "EDT_TIMEOUT_S": str(self.timeout_s),
+            "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+            **self.extra_env,
+        }
+        out = open(self.log_dir / f"{worker}.out", "wb")  # noqa: SIM115 - handed to the child
+        cmd = [self.python, "-m", "jupyter_edt.runtime.worker", *self.program]
+        self.procs[worker] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        out.close()
+
+    def _watch(self) -> None:
+        """Drop dead workers: publish a generation of the members still alive.
+
+        A worker reporting a failed collective while every process is alive (a stuck peer, a
+        timeout) also gets a new generation, after a grace period that lets a death that caused
+        the report be seen first.
+        """
+        stuck_since: float | None = None
+        while not self._stop.wait(0.02):
+            with self._lock:
+                gen = self.ctl["gen"]
+                if gen == 0 or not self.members:
+                    continue
+                dead = [
+                    w for w in self.members if (rc := self.procs[w].poll()) is not None and rc != 0
+                ]
+                if not dead:
+                    if int(self.store.add(failed_key(gen), 0)) == 0:
+                        stuck_since = None
+                        continue
+                    now = time.monotonic()
+                    stuck_since = stuck_since or now
+                    if now - stuck_since < 0.25:
+                        continue
+                stuck_since = None
+                alive = tuple(w for w in self.members if self.procs[w].poll() is None)
+                self.failures.append({"gen": gen, "dead": dead, "time": time.time()})
+                if alive:
+                    self._publish(alive)
+                else:
+                    self.members = ()

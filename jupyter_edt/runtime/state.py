@@ -1,0 +1,147 @@
+"""Training state: capture, restore, move between workers, and atomic checkpoints.
+
+The state is a plain nested structure of dicts, lists and tensors (model, optimizer and LR
+scheduler ``state_dict``s, the data cursor and the RNG). To move it to a joiner without touching
+disk it is split into a small pickled skeleton and its tensors, which travel one by one as raw
+bytes over point-to-point messages of the process group: no copy into one big buffer on the
+sender, one allocation per tensor on the receiver.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "atomic_save",
+    "flatten",
+    "latest_checkpoint",
+    "recv_state",
+    "save_checkpoint",
+    "send_state",
+    "unflatten",
+]
+
+CHECKPOINT_RE = re.compile(r"^ckpt-(\d{9})\.pt$")
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """Placeholder for the ``index``-th tensor in a flattened structure."""
+
+    index: int
+
+
+def flatten(obj: Any) -> tuple[Any, list[torch.Tensor]]:
+    """Split ``obj`` into a picklable skeleton and the list of its tensors."""
+    tensors: list[torch.Tensor] = []
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            tensors.append(x.detach())
+            return _Ref(len(tensors) - 1)
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, tuple):
+            return tuple(walk(v) for v in x)
+        return x
+
+    return walk(obj), tensors
+
+
+def unflatten(skeleton: Any, tensors: list[torch.Tensor]) -> Any:
+    """Inverse of :func:`flatten`."""
+    if isinstance(skeleton, _Ref):
+        return tensors[skeleton.index]
+    if isinstance(skeleton, dict):
+        return {k: unflatten(v, tensors) for k, v in skeleton.items()}
+    if isinstance(skeleton, list):
+        return [unflatten(v, tensors) for v in skeleton]
+    if isinstance(skeleton, tuple):
+        return tuple(unflatten(v, tensors) for v in skeleton)
+    return skeleton
+
+
+def _as_bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def send_state(state: Any, dst: int) -> int:
+    """Send ``state`` to rank ``dst`` of the current group; returns the bytes sent."""
+    skeleton, tensors = flatten(state)
+    meta = [(tuple(t.shape), t.dtype) for t in tensors]
+    blob = pickle.dumps((skeleton, meta))
+    dist.send(torch.tensor([len(blob)], dtype=torch.int64), dst)
+    dist.send(torch.frombuffer(bytearray(blob), dtype=torch.uint8), dst)
+    sent = len(blob)
+    for t in tensors:
+        if t.numel():
+            data = _as_bytes(t.cpu())
+            dist.send(data, dst)
+            sent += data.numel()
+    return sent
+
+
+def recv_state(src: int) -> Any:
+    """Receive a state sent by :func:`send_state` from rank ``src``."""
+    size = torch.zeros(1, dtype=torch.int64)
+    dist.recv(size, src)
+    blob = torch.empty(int(size.item()), dtype=torch.uint8)
+    dist.recv(blob, src)
+    skeleton, meta = pickle.loads(blob.numpy().tobytes())
+    tensors = []
+    for shape, dtype in meta:
+        t = torch.empty(shape, dtype=dtype)
+        if t.numel():
+            dist.recv(_as_bytes(t), src)
+        tensors.append(t)
+    return unflatten(skeleton, tensors)
+
+
+def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:
+    """``torch.save`` to a temporary file beside ``path``, fsync, then rename over ``path``.
+
+    A reader sees either the previous file or the complete new one, never a torn write.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def save_checkpoint(
+    state: dict[str, Any], directory: str | os.PathLike[str], keep: int = 3
+) -> Path:
+    """Write ``state`` as ``ckpt-<global step>.pt`` atomically; keep the newest ``keep``."""
+    step = int(state["cursor"]["global_step"])
+    path = atomic_save(state, Path(directory) / f"ckpt-{step:09d}.pt")
+    old = sorted(p for p in Path(directory).iterdir() if CHECKPOINT_RE.match(p.name))[:-keep]
+    for p in old:
+        p.unlink(missing_ok=True)
+    return path
+
+
+def latest_checkpoint(directory: str | os.PathLike[str]) -> Path | None:
+    """The checkpoint with the highest global step in ``directory``, if any."""
+    d = Path(directory)
+    if not d.is_dir():
+        return None
+    found = sorted(p for p in d.iterdir() if CHECKPOINT_RE.match(p.name))
+    return found[-1] if found else None

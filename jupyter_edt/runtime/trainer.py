@@ -1,0 +1,549 @@
+"""The user API: ``Trainer(model, datasets, loss_fn, optimizer, ...).fit(...)``.
+
+The same code trains in one plain process (a notebook cell, a debugger) and as a worker of an
+elastic job (when started by a controller, which sets ``EDT_STORE``). Whatever the number of
+workers, and however it changes, each update equals one-device training on the same global batch
+(see ``partition.py`` for the rule, ``group.py`` for the order-fixed reduction).
+
+Rules the user relies on:
+
+- ``effective_batch_size`` is the global batch: samples per optimizer update, whatever the
+  number of GPUs. ``micro_batch_size`` is what one forward/backward processes; it defaults to
+  ``ceil(effective_batch_size / max_gpus)`` and is fixed for the whole job.
+- ``loss_fn(output, target)`` and each metric return the mean over the micro-batch (PyTorch's
+  default ``reduction="mean"``); the runtime weights micro-batch ``j`` by ``len_j / len(batch)``.
+- A batch from ``collate_fn`` is a sequence whose last item is the target; the other items are
+  passed to the model as positional arguments.
+- Buffers (BatchNorm running statistics): every micro-batch of a step starts from the buffers of
+  the step's start; at the end of the step the buffers become the weighted mean (weights
+  ``len_j / len(batch)``) of the micro-batches' updated buffers, summed in micro-batch order, so
+  they do not depend on placement. With one micro-batch per step this is plain PyTorch.
+- ``lr_scheduler`` steps once per epoch. Callbacks run on every worker (``trainer.rank`` tells
+  which); their own state is not moved to joiners.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset, IterableDataset, default_collate
+
+from . import partition as part
+from .events import EventLog
+from .group import ElasticGroup, GroupError, JobContext, LeaveJob, SoloGroup
+from .state import atomic_save, latest_checkpoint, save_checkpoint
+
+__all__ = ["Callback", "Trainer"]
+
+MetricFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor | float]
+
+
+class Callback:
+    """Hooks called by ``Trainer.fit``; override what you need. ``self.trainer`` is set."""
+
+    trainer: Trainer
+
+    def on_train_begin(self) -> None: ...
+
+    def on_epoch_begin(self, epoch: int) -> None: ...
+
+    def on_step_end(self, step: int, logs: dict[str, Any]) -> None: ...
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any]) -> None: ...
+
+    def on_train_end(self, logs: dict[str, Any]) -> None: ...
+
+
+def check_fit_args(
+    epochs: int,
+    effective_batch_size: int,
+    max_gpus: int,
+    checkpoint_every: int,
+    micro_batch_size: int | None,
+    validate_every: int,
+) -> int:
+    """Validate ``fit``'s numbers (ValueError naming the argument); returns the micro-batch size."""
+
+    def whole(name: str, value: object, low: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        return value
+
+    whole("epochs", epochs, 1)
+    whole("effective_batch_size", effective_batch_size, 1)
+    whole("max_gpus", max_gpus, 1)
+    whole("checkpoint_every", checkpoint_every, 0)
+    whole("validate_every", validate_every, 0)
+    if micro_batch_size is None:
+        return part.default_micro_batch_size(effective_batch_size, max_gpus)
+    whole("micro_batch_size", micro_batch_size, 1)
+    if micro_batch_size > effective_batch_size:
+        raise ValueError(
+            f"micro_batch_size ({micro_batch_size}) must not exceed effective_batch_size "
+            f"({effective_batch_size})"
+        )
+    return micro_batch_size
+
+
+def _check_dataset(name: str, ds: object) -> Dataset[Any]:
+    if not isinstance(ds, Dataset) or isinstance(ds, IterableDataset):
+        raise ValueError(
+            f"datasets must return map-style torch.utils.data.Dataset objects; "
+            f"{name} is {type(ds).__name__}"
+        )
+    try:
+        n = len(ds)  # type: ignore[arg-type]
+    except TypeError as e:
+        raise ValueError(f"datasets: {name} must define __len__") from e
+    if n < 1:
+        raise ValueError(f"datasets: {name} must not be empty")
+    return ds
+
+
+class Trainer:
+    """Trains ``model`` with a constant effective batch size on however many workers it gets."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        datasets: Callable[[], tuple[Dataset[Any], Dataset[Any]]],
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        optimizer: torch.optim.Optimizer
+        | Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
+        metrics: Mapping[str, MetricFn] | Sequence[MetricFn] | None = None,
+        lr_scheduler: Any = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        callbacks: Sequence[Callback] | None = None,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if not callable(datasets):
+            raise ValueError("datasets must be a function returning (train_dataset, test_dataset)")
+        if not callable(loss_fn):
+            raise ValueError("loss_fn must be callable as loss_fn(output, target)")
+        if not isinstance(optimizer, torch.optim.Optimizer) and not callable(optimizer):
+            raise ValueError("optimizer must be a torch.optim.Optimizer or a factory of one")
+        self.model = model
+        self.datasets_fn = datasets
+        self.loss_fn = loss_fn
+        self.optimizer = (
+            optimizer
+            if isinstance(optimizer, torch.optim.Optimizer)
+            else optimizer(model.parameters())
+        )
+        if metrics is None:
+            metrics = {}
+        elif not isinstance(metrics, Mapping):
+            metrics = {getattr(f, "__name__", f"metric{i}"): f for i, f in enumerate(metrics)}
+        self.metrics: dict[str, MetricFn] = dict(metrics)
+        is_factory = isinstance(lr_scheduler, type) or not hasattr(lr_scheduler, "state_dict")
+        self.lr_scheduler = (
+            lr_scheduler(self.optimizer) if callable(lr_scheduler) and is_factory else lr_scheduler
+        )
+        self.collate_fn = collate_fn or default_collate
+        self.callbacks = list(callbacks or [])
+        for cb in self.callbacks:
+            cb.trainer = self
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        dtypes = {p.dtype for p in self.params}
+        if len(dtypes) != 1:
+            raise ValueError(f"model: trainable parameters must share one dtype, got {dtypes}")
+        self.epoch = self.step = self.global_step = 0
+        self.ckpt_seen = 0
+        self.rank, self.world_size, self.generation = 0, 1, 1
+        self.history: dict[str, list[Any]] = {"train": [], "val": []}
+        self.events: EventLog | None = None
+        self.left = False
+        self._has_state = False
+
+    # -- state ---------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Everything a joiner or a checkpoint needs to continue exactly."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
+            "cursor": {
+                "epoch": self.epoch,
+                "step": self.step,
+                "global_step": self.global_step,
+                "ckpt_seen": self.ckpt_seen,
+            },
+            "rng": torch.get_rng_state(),
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore a state made by :meth:`state` (from a peer or a checkpoint)."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.lr_scheduler is not None and state["lr_scheduler"] is not None:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        c = state["cursor"]
+        self.epoch, self.step = int(c["epoch"]), int(c["step"])
+        self.global_step, self.ckpt_seen = int(c["global_step"]), int(c["ckpt_seen"])
+        torch.set_rng_state(state["rng"])
+
+    # -- fit -----------------------------------------------------------------------------------
+    def fit(
+        self,
+        epochs: int,
+        effective_batch_size: int,
+        max_gpus: int,
+        checkpoint_every: int = 1,
+        micro_batch_size: int | None = None,
+        validate_every: int = 1,
+        seed: int = 0,
+        result_dir: str | os.PathLike[str] | None = None,
+    ) -> dict[str, list[Any]]:
+        """Train for ``epochs`` epochs; returns per-step and per-epoch metrics.
+
+        ``checkpoint_every`` is in epochs (0: none) and ``validate_every`` too. In a job, a
+        worker dropped by a shrink exits here with status 0.
+        """
+        self.micro_batch_size = check_fit_args(
+            epochs,
+            effective_batch_size,
+            max_gpus,
+            checkpoint_every,
+            micro_batch_size,
+            validate_every,
+        )
+        got = self.datasets_fn()
+        if not isinstance(got, tuple | list) or len(got) != 2:
+            raise ValueError("datasets must return a pair (train_dataset, test_dataset)")
+        self.train_ds = _check_dataset("train_dataset", got[0])
+        self.test_ds = _check_dataset("test_dataset", got[1])
+        self.epochs, self.batch_size, self.seed = epochs, effective_batch_size, seed
+        self.max_gpus, self.checkpoint_every, self.validate_every = (
+            max_gpus,
+            checkpoint_every,
+            validate_every,
+        )
+        ctx = JobContext.from_env()
+        result = result_dir or (ctx.result_dir if ctx else None)
+        self.result_dir = Path(result) if result else None
+        self.group: ElasticGroup | SoloGroup = ElasticGroup(ctx) if ctx else SoloGroup()
+        self.events = EventLog(ctx.log_dir if ctx else None, self.group.worker_id)
+        self._setup_grads()
+        try:
+            self._run()
+        except LeaveJob:
+            self.left = True
+            self.events.emit("left", generation=self.group.generation)
+        finally:
+            if isinstance(self.group, ElasticGroup):
+                self.group.destroy()
+            self.events.close()
+        if self.left:
+            raise SystemExit(0)
+        return self.history
+
+    # -- internals -----------------------------------------------------------------------------
+    def _setup_grads(self) -> None:
+        total = sum(p.numel() for p in self.params)
+        p0 = self.params[0]
+        self.flat = torch.zeros(total, dtype=p0.dtype, device=p0.device)
+        self.grad_views, off = [], 0
+        for p in self.params:
+            view = self.flat[off : off + p.numel()].view_as(p)
+            p.grad = view
+            self.grad_views.append(view)
+            off += p.numel()
+        self.buffers = list(self.model.buffers())
+        self.n_metrics = len(self.metrics)
+        self.n_buf = sum(b.numel() for b in self.buffers)
+        self.n_sum = 1 + self.n_metrics + self.n_buf
+        self.aux_size = self.n_sum + 2  # + max of (generation seen, checkpoint requests)
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        assert self.events is not None
+        self.events.emit(kind, **{"generation": self.generation, "rank": self.rank, **fields})
+
+    def _run(self) -> None:
+        g = self.group
+        if isinstance(g, ElasticGroup):
+            g.signal_ready()
+            gen, members = g.next_membership(after=0)
+            self._form(gen, members, time.monotonic())
+        else:
+            self._resume_from_disk()
+        self._emit("train_begin", epoch=self.epoch, global_step=self.global_step)
+        for cb in self.callbacks:
+            cb.on_train_begin()
+        steps = part.steps_per_epoch(len(self.train_ds), self.batch_size)  # type: ignore[arg-type]
+        perm_epoch, perm = -1, []
+        held = -1
+        while self.epoch < self.epochs:
+            if self.step == steps:
+                self._guarded(self._end_epoch)
+                continue
+            if perm_epoch != self.epoch:
+                if self.step == 0:
+                    for cb in self.callbacks:
+                        cb.on_epoch_begin(self.epoch)
+                perm_epoch = self.epoch
+                perm = part.epoch_permutation(len(self.train_ds), self.seed, self.epoch)  # type: ignore[arg-type]
+            ctl = g.control()
+            if ctl["hold"] == self.global_step and held != self.global_step and g.elastic:
+                held = self.global_step
+                self._emit("held", global_step=self.global_step)
+                g.hold(self.global_step)  # type: ignore[union-attr]
+                ctl = g.control()
+            t0 = time.monotonic()
+            try:
+                tot = self._train_step(perm, ctl)
+            except GroupError as e:
+                self._recover(e)
+                continue
+            self._commit(tot, t0)
+
+    def _guarded(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except GroupError as e:
+            self._recover(e)
+
+    def _train_step(self, perm: list[int], ctl: Mapping[str, int]) -> torch.Tensor:
+        batch = part.global_batch(perm, self.step, self.batch_size)
+        mbs = part.micro_batches(batch, self.micro_batch_size)
+        lo, hi = part.deal(len(mbs), self.world_size)[self.rank]
+        active = min(self.world_size, len(mbs))
+        self.model.train()
+        self.flat.zero_()
+        start = [b.detach().clone() for b in self.buffers]
+        self._start_buffers = start
+        extras: list[torch.Tensor] = []
+        aux_parts = []
+        for j in range(lo, hi):
+            if j > lo:
+                for b, b0 in zip(self.buffers, start, strict=True):
+                    b.copy_(b0)
+                if self.rank > 0:  # keep each micro-batch separate to fold in order later
+                    extras.append(self.flat.clone())
+                    self.flat.zero_()
+            weight = len(mbs[j]) / len(batch)
+            self._seed(part.micro_batch_seed(self.seed, self.epoch, self.step, j))
+            out, target, loss = self._forward(mbs[j], self.train_ds)
+            (loss * weight).backward()
+            self._check_grads()
+            aux = torch.empty(self.aux_size, dtype=torch.float64)
+            aux[0] = loss.detach().double() * weight
+            for i, fn in enumerate(self.metrics.values()):
+                aux[1 + i] = torch.as_tensor(fn(out.detach(), target)).double() * weight
+            if self.buffers:
+                flat_b = torch.cat([b.detach().double().reshape(-1) for b in self.buffers])
+                aux[1 + self.n_metrics : self.n_sum] = flat_b * weight
+            aux[self.n_sum] = ctl["gen"]
+            aux[self.n_sum + 1] = ctl["ckpt"]
+            aux_parts.append(aux)
+        return self.group.reduce(active, self.flat, extras, aux_parts, self.aux_size, self.n_sum)
+
+    def _seed(self, seed: int) -> None:
+        # torch.manual_seed also walks every accelerator backend (~1 ms); seed what is used.
+        torch.default_generator.manual_seed(seed)
+        if self.flat.device.type == "cuda":
+            torch.cuda.manual_seed(seed)
+
+    def _forward(
+        self, indices: list[int], ds: Dataset[Any]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        data = self.collate_fn([ds[i] for i in indices])
+        *inputs, target = data
+        device = self.flat.device
+        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+        target = target.to(device) if isinstance(target, torch.Tensor) else target
+        out = self.model(*inputs)
+        return out, target, self.loss_fn(out, target)
+
+    def _check_grads(self) -> None:
+        # Autograd accumulates in place into the views of ``flat``; repair if a param's grad was
+        # replaced (e.g. by user code), so the flat buffer stays the single source of truth.
+        for p, view in zip(self.params, self.grad_views, strict=True):
+            if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+                if p.grad is not None:
+                    view.copy_(p.grad)
+                p.grad = view
+
+    def _commit(self, tot: torch.Tensor, t0: float) -> None:
+        self.optimizer.step()
+        if self.buffers:
+            flat_b = tot[1 + self.n_metrics : self.n_sum]
+            off = 0
+            for b in self.buffers:
+                vals = flat_b[off : off + b.numel()].view_as(b)
+                b.copy_(vals if b.is_floating_point() else vals.round())
+                off += b.numel()
+        loss = float(tot[0])
+        logs: dict[str, Any] = {
+            "epoch": self.epoch,
+            "step": self.step,
+            "global_step": self.global_step,
+            "loss": loss,
+            **{k: float(tot[1 + i]) for i, k in enumerate(self.metrics)},
+        }
+        elapsed = time.monotonic() - t0
+        batch = min(self.batch_size, len(self.train_ds) - self.step * self.batch_size)  # type: ignore[arg-type]
+        self.step += 1
+        self.global_step += 1
+        self.history["train"].append(logs)
+        self._emit(
+            "step",
+            **logs,
+            world_size=self.world_size,
+            samples=batch,
+            step_s=elapsed,
+            samples_per_s=batch / elapsed if elapsed > 0 else None,
+        )
+        for cb in self.callbacks:
+            cb.on_step_end(logs["step"], logs)
+        agreed_ckpt = int(tot[self.n_sum + 1])
+        if agreed_ckpt > self.ckpt_seen:
+            self.ckpt_seen = agreed_ckpt
+            self._checkpoint("request")
+        agreed_gen = int(tot[self.n_sum])
+        if agreed_gen > self.generation:
+            assert isinstance(self.group, ElasticGroup)
+            t_end = time.monotonic()
+            members = self.group.members_of(agreed_gen)
+            if self.group.worker_id not in members:
+                raise LeaveJob
+            self._form(agreed_gen, members, t_end)
+
+    def _end_epoch(self) -> None:
+        logs: dict[str, Any] = {"epoch": self.epoch}
+        if self.validate_every and (self.epoch + 1) % self.validate_every == 0:
+            logs.update(self._validate())
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+        self.history["val"].append(logs)
+        self._emit("epoch", **logs, world_size=self.world_size)
+        for cb in self.callbacks:
+            cb.on_epoch_end(self.epoch, logs)
+        self.epoch += 1
+        self.step = 0
+        if self.checkpoint_every and self.epoch % self.checkpoint_every == 0:
+            self._checkpoint("epoch")
+        if self.epoch == self.epochs:
+            self._finish(logs)
+
+    def _validate(self) -> dict[str, float]:
+        n = len(self.test_ds)  # type: ignore[arg-type]
+        mbs = part.micro_batches(range(n), self.micro_batch_size)  # type: ignore[arg-type]
+        lo, hi = part.deal(len(mbs), self.world_size)[self.rank]
+        size = 2 + self.n_metrics
+        parts = []
+        self.model.eval()
+        with torch.no_grad():
+            for j in range(lo, hi):
+                self._seed(part.micro_batch_seed(self.seed, self.epoch, -1, j))
+                out, target, loss = self._forward(mbs[j], self.test_ds)
+                k = len(mbs[j])
+                aux = torch.empty(size, dtype=torch.float64)
+                aux[0] = loss.double() * k
+                for i, fn in enumerate(self.metrics.values()):
+                    aux[1 + i] = torch.as_tensor(fn(out, target)).double() * k
+                aux[-1] = k
+                parts.append(aux)
+        self.model.train()
+        tot = self.group.reduce(min(self.world_size, len(mbs)), None, [], parts, size, size)
+        res = {"val_loss": float(tot[0] / tot[-1])}
+        res.update({f"val_{k}": float(tot[1 + i] / tot[-1]) for i, k in enumerate(self.metrics)})
+        return res
+
+    def _checkpoint(self, reason: str) -> None:
+        if self.rank != 0 or self.result_dir is None:
+            return
+        path = save_checkpoint(self.state(), self.result_dir / "checkpoint")
+        self._emit("checkpoint", path=str(path), reason=reason, global_step=self.global_step)
+
+    def _finish(self, logs: dict[str, Any]) -> None:
+        if self.rank == 0 and self.result_dir is not None:
+            path = atomic_save(
+                self.model.state_dict(), self.result_dir / "model" / "model_epoch_final.pth"
+            )
+            self._emit("model_saved", path=str(path))
+        self._emit("train_end", global_step=self.global_step)
+        for cb in self.callbacks:
+            cb.on_train_end(logs)
+
+    def _resume_from_disk(self) -> bool:
+        if self.result_dir is None:
+            return False
+        path = latest_checkpoint(self.result_dir / "checkpoint")
+        if path is None:
+            return False
+        self.load_state(torch.load(path, weights_only=False))
+        self._emit("resumed", path=str(path), global_step=self.global_step)
+        return True
+
+    # -- elastic membership --------------------------------------------------------------------
+    def _form(self, gen: int, members: tuple[str, ...], t_start: float) -> None:
+        """Join generation ``gen`` and make every member's state equal the most advanced one."""
+        from .state import recv_state, send_state
+
+        g = self.group
+        assert isinstance(g, ElasticGroup)
+        while True:
+            try:
+                g.form(gen, members)
+                self.rank, self.world_size, self.generation = g.rank, g.world_size, gen
+                views = g.all_gather_ints([self.global_step, int(self._has_state)])
+                holders = [r for r, (_, h) in enumerate(views) if h]
+                if not holders:  # a fresh job: rank 0 starts it, from a checkpoint if any
+                    if self.rank == 0:
+                        self._resume_from_disk()
+                    src, best = 0, -1
+                else:
+                    best = max(views[r][0] for r in holders)
+                    src = min(r for r in holders if views[r][0] == best)
+                receivers = [
+                    r for r, (s, h) in enumerate(views) if r != src and (not h or s != best)
+                ]
+                sent = 0
+                if self.rank == src:
+                    state = self.state()
+                    for r in receivers:
+                        sent += g.guard(send_state, state, r)
+                elif self.rank in receivers:
+                    self.load_state(g.guard(recv_state, src))
+                    self.flat.zero_()
+                self._has_state = True
+                break
+            except GroupError as e:
+                self._emit("form_failed", error=str(e)[:300])
+                g.report_failure()
+                g.destroy()
+                gen, members = g.next_membership(after=gen)
+        pause = time.monotonic() - t_start
+        info = {
+            "generation": gen,
+            "world_size": self.world_size,
+            "members": list(members),
+            "pause_s": pause,
+            "state_from": src,
+            "receivers": receivers,
+            "bytes_sent": sent,
+            "global_step": self.global_step,
+        }
+        self._emit("generation", **info)
+        if self.rank == 0:
+            g.report_formed(info)
+
+    def _recover(self, error: Exception) -> None:
+        """Drop the half-done step and re-form without the failed peer."""
+        g = self.group
+        assert isinstance(g, ElasticGroup)
+        t0 = time.monotonic()
+        for b, b0 in zip(self.buffers, getattr(self, "_start_buffers", []), strict=False):
+            b.copy_(b0)
+        self._emit("failure", error=str(error)[:300], global_step=self.global_step)
+        g.report_failure()
+        g.destroy()
+        gen, members = g.next_membership(after=self.generation)
+        self._form(gen, members, t0)
