@@ -19,3 +19,10 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "jupyter-edt"}]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext jupyter_edt`: the notebook magics (imported only when loaded)."""
+    from .notebook.magics import load_ipython_extension as load
+
+    load(ipython)

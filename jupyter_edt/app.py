@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import getpass
+import time
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider, User
@@ -16,6 +18,7 @@ from .jobs.service import JobService
 from .jobs.store import JobStore
 from .launch.local import LocalLauncher
 from .scheduling.inventory import Inventory, open_inventory
+from .scheduling.monitor import InventoryMonitor
 from .scheduling.policy import POLICY_NAMES
 
 
@@ -87,6 +90,22 @@ class EDTApp(ExtensionApp):
         to resume from its last checkpoint (True) or mark it FAILED (False).""",
     )
 
+    max_upload_bytes = Int(
+        512 * 1024 * 1024,
+        config=True,
+        help="""Largest code archive (.tar, .tar.gz or .zip) a job submission may upload, in
+        bytes; it also bounds the archive's unpacked size. Requests over it get 413. This
+        route's body limit is raised to it, whatever `ServerApp.max_body_size` says.""",
+    )
+
+    refresh_interval = Float(
+        5.0,
+        config=True,
+        help="""Seconds between device readings (NVML memory and utilisation, and whether a
+        device vanished). Each reading also lets the allocator act on expired rescale
+        intervals.""",
+    )
+
     admin_users = List(
         Unicode(),
         config=True,
@@ -102,7 +121,9 @@ class EDTApp(ExtensionApp):
     )
 
     inventory: Inventory
+    monitor: InventoryMonitor
     job_service: JobService
+    _ticker: asyncio.Task[None] | None = None
 
     @default("owner")
     def _default_owner(self) -> str:
@@ -123,6 +144,13 @@ class EDTApp(ExtensionApp):
     def _default_jobs_dir(self) -> str:
         return f"{jupyter_data_dir()}/jupyter_edt/jobs"
 
+    @validate("max_upload_bytes")
+    def _check_max_upload_bytes(self, proposal: dict) -> int:
+        value = proposal["value"]
+        if value < 1:
+            raise ValueError(f"EDTApp.max_upload_bytes must be positive, got {value}.")
+        return value
+
     @validate("virtual_gpus")
     def _check_virtual_gpus(self, proposal: dict) -> int:
         value = proposal["value"]
@@ -139,6 +167,8 @@ class EDTApp(ExtensionApp):
             )
         else:
             self.log.info("jupyter-edt: scheduling on the NVIDIA GPUs that NVML reports.")
+        self.monitor = InventoryMonitor(self.inventory)
+        self.monitor.record(self.inventory.read(), time.time())
         store = JobStore(self.database_url, metrics_cap=self.metrics_cap)
         self.job_service = JobService(
             store,
@@ -155,11 +185,26 @@ class EDTApp(ExtensionApp):
         for kind, ids in outcome.items():
             if ids:
                 self.log.info("jupyter-edt: %s jobs after restart: %s", kind, ", ".join(ids))
+        self._ticker = asyncio.create_task(self._tick())
+
+    async def _tick(self) -> None:
+        """Read the devices and let the allocator act, every `refresh_interval` seconds."""
+        while True:
+            await asyncio.sleep(self.refresh_interval)
+            try:
+                if await self.monitor.refresh(time.time()):
+                    ids = ", ".join(d.id for d in self.monitor.devices)
+                    self.log.warning("jupyter-edt: the devices changed; now: %s", ids)
+                await self.job_service.reschedule()
+            except Exception:
+                self.log.exception("jupyter-edt: a device reading or reschedule failed")
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(default_handlers)
 
     async def stop_extension(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
         await self.job_service.runner.close()
         self.job_service.store.close()
         self.inventory.close()

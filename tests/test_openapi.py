@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ def template(pattern: str) -> str:
     """`/edt/api/v1/jobs/(?P<job_id>[^/]+)/logs` -> `/jobs/{job_id}/logs`."""
     path = pattern.removeprefix(API_PREFIX)
     path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", path)
-    return path.removesuffix("/?")
+    return path.removesuffix("/?").replace("\\.", ".")
 
 
 def served_methods(handler: type) -> set[str]:
@@ -84,4 +86,55 @@ async def test_responses_match_their_schemas(jp_fetch):
         params={"name": "driver.stdout", "tail": "x"},
         status=400,
     )
+    await call("/jobs/{job_id}/artifacts", "jobs", job["id"], "artifacts")
+    await call("/jobs/{job_id}/artifacts", "jobs", "missing", "artifacts", status=404)
+    await call(
+        "/jobs/{job_id}/artifacts/{path}", "jobs", job["id"], "artifacts", "x.pt", status=404
+    )
+    await call("/jobs/{job_id}/artifacts/{path}", "jobs", job["id"], "artifacts", "..", status=400)
+    await call("/jobs/{job_id}/result.zip", "jobs", "missing", "result.zip", status=404)
+    zipped = await jp_fetch("edt", "api", "v1", "jobs", job["id"], "result.zip")
+    assert (
+        zipped.headers["Content-Type"]
+        in DOC["paths"]["/jobs/{job_id}/result.zip"]["get"]["responses"]["200"]["content"]
+    )
     await call("/jobs/{job_id}", "jobs", job["id"], method="DELETE")
+
+
+def multipart(spec: dict, archive: bytes) -> dict:
+    boundary = "openapi-test-boundary"
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="spec"\r\n\r\n'
+        f"{json.dumps(spec)}\r\n"
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="c.tgz"\r\n\r\n'
+    ).encode()
+    body += archive + f"\r\n--{boundary}--\r\n".encode()
+    return {"body": body, "headers": {"Content-Type": f"multipart/form-data; boundary={boundary}"}}
+
+
+def tar_gz(files: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "edt_config", [{"devices": "virtual", "virtual_gpus": 0, "max_upload_bytes": 1024}]
+)
+async def test_upload_responses_match_their_schemas(jp_fetch):
+    async def post(status: int, **kwargs) -> None:
+        try:
+            response = await jp_fetch("edt", "api", "v1", "jobs", method="POST", **kwargs)
+            code, data = response.code, json.loads(response.body)
+        except HTTPClientError as err:
+            code, data = err.code, json.loads(err.response.body)
+        assert code == status, data
+        check("/jobs", "post", code, data)
+
+    await post(201, **multipart({"max_gpus": 1}, tar_gz({"main.py": b"print(1)"})))
+    await post(400, **multipart({"max_gpus": 1}, b"no archive"))
+    await post(413, **multipart({"max_gpus": 1}, bytes(4096)))

@@ -166,3 +166,18 @@ def test_bad_specs_name_the_field(body, field, message):
     with pytest.raises(SpecError, match=message) as caught:
         JobSpec.from_dict(body)
     assert caught.value.field == field
+
+
+def test_metrics_reach_the_event_feed_and_the_feed_stays_bounded(store):
+    job = store.create_job("ana", spec())
+    cursor = store.events()[-1]["id"]
+    store.add_metrics(job["id"], [{"step": 0, "loss": 2.0}, {"step": 1, "loss": 1.5}])
+    (event,) = store.events(after=cursor)
+    assert event["kind"] == "metrics"
+    assert [r["loss"] for r in event["records"]] == [2.0, 1.5]
+    for step in range(2, 100):
+        store.add_metrics(job["id"], [{"step": step, "loss": 1.0}])
+    feed = [e for e in store.events(job_id=job["id"]) if e["kind"] == "metrics"]
+    assert len(feed) == 40  # the cap
+    assert feed[-1]["records"][0]["step"] == 99
+    assert [e["kind"] for e in store.events(job_id=job["id"])][0] == "state"  # others stay

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from .artifacts import ArtifactHandler, ArtifactsHandler, ResultZipHandler
 from .cluster import ClusterHandler
 from .events import EventsHandler
-from .jobs import JobHandler, JobsHandler, LogsHandler, MetricsHandler
+from .jobs import JobHandler, LogsHandler, MetricsHandler
+from .uploads import SubmitHandler
 
 API_PREFIX = "/edt/api/v1"
 JOB_ID = r"(?P<job_id>[^/]+)"
 
 default_handlers = [
     (rf"{API_PREFIX}/cluster", ClusterHandler),
-    (rf"{API_PREFIX}/jobs/?", JobsHandler),
+    (rf"{API_PREFIX}/jobs/?", SubmitHandler),  # JobsHandler that also takes an archive upload
     (rf"{API_PREFIX}/jobs/{JOB_ID}", JobHandler),
     (rf"{API_PREFIX}/jobs/{JOB_ID}/metrics", MetricsHandler),
     (rf"{API_PREFIX}/jobs/{JOB_ID}/logs", LogsHandler),
+    (rf"{API_PREFIX}/jobs/{JOB_ID}/artifacts", ArtifactsHandler),
+    (rf"{API_PREFIX}/jobs/{JOB_ID}/artifacts/(?P<path>.+)", ArtifactHandler),
+    (rf"{API_PREFIX}/jobs/{JOB_ID}/result\.zip", ResultZipHandler),
     (rf"{API_PREFIX}/events", EventsHandler),
 ]

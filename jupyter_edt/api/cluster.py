@@ -1,11 +1,11 @@
-"""GET /edt/api/v1/cluster: the devices jobs can be given, and which are taken."""
+"""GET /edt/api/v1/cluster: the devices jobs can be given, which are taken, and their recent
+utilisation, from the monitor's latest reading (requests never wait on NVML)."""
 
 from __future__ import annotations
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..scheduling.inventory import snapshot
 from .base import EDTHandler
 
 
@@ -13,20 +13,20 @@ class ClusterHandler(EDTHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        inventory = self.extensionapp.inventory
-        devices = await snapshot(inventory)
+        monitor = self.extensionapp.monitor
         holders = self.service.holders(self.user_name)
         self.write_json(
             {
-                "source": inventory.source,
+                "source": monitor.inventory.source,
                 "devices": [
                     {
                         **device.to_dict(),
                         "held": device.id in holders,
                         # another user's job holds it: the device is taken, the job stays private
                         "job_id": holders.get(device.id),
+                        "history": monitor.history(device.id),
                     }
-                    for device in devices
+                    for device in monitor.devices
                 ],
             }
         )

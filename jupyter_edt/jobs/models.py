@@ -69,9 +69,16 @@ RESERVED_ENV = frozenset(
 )
 
 
+ARCHIVE_HINT = (
+    "upload the archive as the 'file' part of a multipart/form-data request, with this spec "
+    "as its 'spec' part"
+)
+
+
 @dataclass(frozen=True)
 class JobSpec:
-    """What to run and on how many GPUs. Exactly one of `code` and `script` is given."""
+    """What to run and on how many GPUs. Exactly one of `code`, `script` and `archive` is
+    given; `archive` is the name of an uploaded archive whose unpacked tree is the code."""
 
     max_gpus: int
     name: str = ""
@@ -82,6 +89,7 @@ class JobSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     min_gpus: int = 1
     priority: int = 0
+    archive: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -90,12 +98,18 @@ class JobSpec:
         return data
 
     @classmethod
-    def from_dict(cls, data: Any) -> JobSpec:
-        """Validate untrusted input (a decoded JSON body) field by field."""
+    def from_dict(cls, data: Any, *, archive: str | None = None) -> JobSpec:
+        """Validate untrusted input (a decoded JSON body) field by field.
+
+        `archive`: the file name of an archive uploaded with the spec. It comes only from the
+        upload itself, never from the JSON, so a spec cannot claim code it did not send.
+        """
         if not isinstance(data, Mapping):
             raise SpecError("body", "must be a JSON object")
         known = set(cls.__dataclass_fields__)
         for key in data:
+            if key == "archive":
+                raise SpecError("archive", ARCHIVE_HINT)
             if key not in known:
                 raise SpecError(str(key), "is not a job field")
         if "max_gpus" not in data:
@@ -110,8 +124,14 @@ class JobSpec:
             raise SpecError("name", f"must be at most {MAX_NAME} characters")
         code = _str(data, "code", default=None)
         script = _str(data, "script", default=None)
-        if (code is None) == (script is None):
-            raise SpecError("code", "give exactly one of 'code' and 'script'")
+        if archive is not None:
+            for key in ("code", "script"):
+                if data.get(key) is not None:
+                    raise SpecError(key, "must not be given with an uploaded archive")
+        elif (code is None) == (script is None):
+            raise SpecError(
+                "code", "give exactly one of 'code' and 'script' (or upload an archive)"
+            )
         entrypoint = _str(data, "entrypoint", default="main.py")
         if not entrypoint.endswith(".py") or "/" in entrypoint or entrypoint.startswith("."):
             raise SpecError("entrypoint", "must be a plain .py file name, e.g. 'main.py'")
@@ -138,6 +158,7 @@ class JobSpec:
             env=dict(env),
             min_gpus=min_gpus,
             priority=priority,
+            archive=archive,
         )
 
 

@@ -8,7 +8,6 @@ workers' metric events, and its exit.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 import sys
@@ -20,7 +19,7 @@ from ..launch.base import Launcher, ProcessHandle, ProcessSpec
 from ..launch.local import log_paths
 from ..runtime.jobdir import JobDir, write_json_atomic
 from ..scheduling.inventory import Device
-from .metrics import EventTail
+from .metrics import EventTail, metric_records
 
 if TYPE_CHECKING:
     from .service import JobService
@@ -39,12 +38,14 @@ class DriverRunner:
         python: str = sys.executable,
         poll_interval: float = 0.25,
         stop_grace: float = 10.0,
+        suspend_grace: float = 150.0,
     ) -> None:
         self.launcher = launcher
         self.jobs_dir = Path(jobs_dir)
         self.python = python
         self.poll_interval = poll_interval
         self.stop_grace = stop_grace
+        self.suspend_grace = suspend_grace
         self._service: JobService | None = None
         self._drivers: dict[str, ProcessHandle] = {}
         self._watchers: dict[str, asyncio.Task[None]] = {}
@@ -57,6 +58,22 @@ class DriverRunner:
 
     def log_dir(self, job_id: str) -> Path:
         return self.job_dir(job_id).logs
+
+    # uploaded code and artifacts (jobs/archives.py) -------------------------------------------
+
+    def result_dir(self, job_id: str) -> Path:
+        return self.job_dir(job_id).result
+
+    def staging_dir(self) -> Path:
+        """Where uploads are unpacked and checked: on the jobs' file system, so that moving a
+        checked tree into its job directory is one rename."""
+        return self.jobs_dir / ".uploads"
+
+    def install_code(self, job_id: str, tree: Path) -> None:
+        """Make an unpacked upload the job's code directory; `_prepare` then keeps it."""
+        d = self.job_dir(job_id)
+        d.root.mkdir(parents=True, exist_ok=True)
+        tree.rename(d.code)
 
     # orders from the service --------------------------------------------------------------
 
@@ -97,6 +114,11 @@ class DriverRunner:
             virtual_devices=True,  # the driver never touches a GPU
         )
 
+    def _unfollow(self, job_id: str) -> None:
+        watcher = self._watchers.pop(job_id, None)
+        if watcher is not None:
+            watcher.cancel()
+
     def _follow(self, job_id: str, handle: ProcessHandle) -> None:
         self._drivers[job_id] = handle
         self._watchers[job_id] = asyncio.create_task(self._watch(job_id, handle))
@@ -105,23 +127,24 @@ class DriverRunner:
         self._order(job["id"], "run", devices)
 
     async def suspend(self, job: dict[str, Any]) -> None:
-        """Ask the driver to checkpoint and stop its workers; force it after the grace time."""
+        """Ask the driver to checkpoint and stop its workers; force it after the grace time.
+
+        The watcher goes first, so the driver's exit is not mistaken for the job's end.
+        """
+        self._unfollow(job["id"])
         self._order(job["id"], "suspend", [])
-        handle = self._drivers.get(job["id"])
+        handle = self._drivers.pop(job["id"], None)
         if handle is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(handle.wait()), self.stop_grace)
+                await asyncio.wait_for(handle.wait(), self.suspend_grace)
             except asyncio.TimeoutError:
                 await self.launcher.stop(handle, grace=self.stop_grace)
 
     async def cancel(self, job: dict[str, Any]) -> None:
-        handle = self._drivers.get(job["id"])
+        self._unfollow(job["id"])
+        handle = self._drivers.pop(job["id"], None)
         if handle is not None:
-            watcher = self._watchers.pop(job["id"], None)
-            if watcher is not None:
-                watcher.cancel()
             await self.launcher.stop(handle, grace=self.stop_grace)
-            self._drivers.pop(job["id"], None)
 
     async def close(self) -> None:
         for watcher in self._watchers.values():
@@ -146,6 +169,9 @@ class DriverRunner:
         entry = d.code / spec["entrypoint"]
         if spec["code"] is not None:
             entry.write_text(spec["code"])
+        elif spec.get("archive") is not None:  # unpacked into code/ at submission
+            if not entry.is_file():
+                raise FileNotFoundError(f"The job's uploaded code has no {spec['entrypoint']}.")
         else:
             source = Path(spec["script"])
             shutil.copy2(source, d.code / source.name)
@@ -164,6 +190,12 @@ class DriverRunner:
         previous = d.read_orders() or {"seq": 0}
         d.write_orders({"seq": previous["seq"] + 1, "action": action, "devices": _devices(devices)})
 
+    async def _forward_metrics(self, job_id: str, tail: EventTail) -> None:
+        assert self._service is not None
+        records = metric_records(await asyncio.to_thread(tail.read_new))
+        if records:
+            self._service.add_metrics(job_id, records)
+
     async def _watch(self, job_id: str, handle: ProcessHandle) -> None:
         """Follow one driver until it exits, forwarding what it reports to the service."""
         assert self._service is not None, "attach() the service before starting jobs"
@@ -176,14 +208,9 @@ class DriverRunner:
                 if not running and (d.read_status() or {}).get("state") == "running":
                     running = True
                     await service.job_running(job_id)
-                records = await asyncio.to_thread(tail.read_new)
-                if records:
-                    service.add_metrics(job_id, records)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(handle.wait()), self.poll_interval)
-            records = await asyncio.to_thread(tail.read_new)
-            if records:
-                service.add_metrics(job_id, records)
+                await self._forward_metrics(job_id, tail)
+                await asyncio.sleep(self.poll_interval)
+            await self._forward_metrics(job_id, tail)
             code = handle.returncode
             self._drivers.pop(job_id, None)
             self._watchers.pop(job_id, None)

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from ..scheduling.allocator import SCHEDULED_STATES, Order, plan
 from ..scheduling.inventory import Device, Inventory, snapshot
 from ..scheduling.policy import PolicyName
+from .archives import list_artifacts, open_artifact, safe_extract
 from .logs import LogChunk, list_logs, read_log
-from .models import TERMINAL, JobSpec, JobState
+from .models import TERMINAL, JobSpec, JobState, SpecError
 from .store import JobStore, UnknownJob
 
 log = logging.getLogger(__name__)
@@ -37,6 +40,13 @@ class JobRunner(Protocol):
     def log_dir(self, job_id: str) -> Path: ...
 
     def reattach(self, job: dict[str, Any]) -> bool: ...
+
+    # uploaded code and artifacts
+    def result_dir(self, job_id: str) -> Path: ...
+
+    def staging_dir(self) -> Path: ...
+
+    def install_code(self, job_id: str, tree: Path) -> None: ...
 
 
 class NotAllowed(PermissionError):
@@ -108,6 +118,62 @@ class JobService:
     ) -> LogChunk:
         self.get(user, job_id)
         return read_log(self.runner.log_dir(job_id), name, offset=offset, tail=tail)
+
+    # uploaded code and artifacts ----------------------------------------------------------
+
+    MAX_ARCHIVE_FILES = 100_000
+
+    async def submit_archive(
+        self,
+        user: str,
+        spec: JobSpec,
+        archive: bytes | BinaryIO,
+        *,
+        max_bytes: int,
+        max_files: int = MAX_ARCHIVE_FILES,
+    ) -> dict[str, Any]:
+        """Submit a job whose code is an uploaded archive.
+
+        The archive is unpacked and its entrypoint found before any record exists, so a bad
+        upload leaves neither a job nor a directory behind (SpecError naming `file` or
+        `entrypoint`).
+        """
+        staging = self.runner.staging_dir()
+        tree = staging / uuid.uuid4().hex
+        try:
+            try:
+                await asyncio.to_thread(
+                    safe_extract, archive, tree, max_bytes=max_bytes, max_files=max_files
+                )
+            except ValueError as err:
+                raise SpecError("file", str(err)) from err
+            _check_entrypoint(tree, spec.entrypoint)
+            job = self.store.create_job(user, spec, now=self.clock())
+            try:
+                await asyncio.to_thread(self.runner.install_code, job["id"], tree)
+            except OSError as err:
+                reason = f"its uploaded code could not be stored: {err}"
+                self.store.set_state(job["id"], JobState.FAILED, reason, now=self.clock())
+                self._notify()
+                raise
+        finally:
+            await asyncio.to_thread(shutil.rmtree, tree, True)
+        self._notify()
+        await self.reschedule()
+        return self.store.get_job(job["id"])
+
+    def result_dir(self, user: str, job_id: str) -> Path:
+        """The job's RESULT_DIR, if `user` may see the job (it may not exist yet)."""
+        self.get(user, job_id)
+        return self.runner.result_dir(job_id)
+
+    async def artifacts(self, user: str, job_id: str) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(list_artifacts, self.result_dir(user, job_id))
+
+    async def open_artifact(self, user: str, job_id: str, path: str) -> tuple[BinaryIO, int]:
+        """One result file, opened without following links, and its size. ValueError for a
+        path that climbs out, FileNotFoundError for one that names no file."""
+        return await asyncio.to_thread(open_artifact, self.result_dir(user, job_id), path)
 
     def changed(self) -> asyncio.Event:
         """An event set at the next recorded change. Take it before reading, then wait on it,
@@ -249,3 +315,12 @@ class JobService:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
+
+
+def _check_entrypoint(tree: Path, entrypoint: str) -> None:
+    """The uploaded code must hold the file the job runs, at its top level."""
+    if (tree / entrypoint).is_file():
+        return
+    nested = sorted(p.relative_to(tree).as_posix() for p in tree.rglob(entrypoint) if p.is_file())
+    hint = f" (it has {nested[0]}: archive the folder's contents, not the folder)" if nested else ""
+    raise SpecError("entrypoint", f"the archive has no {entrypoint} at its top level{hint}")

@@ -273,12 +273,22 @@ class JobStore:
     def add_metrics(
         self, job_id: str, records: Sequence[dict[str, Any]], *, now: float | None = None
     ) -> None:
-        """Append metric records; past the cap, older records are thinned to every other one."""
+        """Append metric records, and announce them in the event feed as one `metrics` event.
+
+        Past the cap, older records are thinned to every other one, and the oldest `metrics`
+        events leave the feed (a client that was away that long reads the thinned history).
+        """
         now = time.time() if now is None else now
         with self._session.begin() as s:
             self._row(s, job_id)
             s.add_all(MetricRow(job_id=job_id, time=now, values=dict(r)) for r in records)
+            s.add(_event(job_id, now, "metrics", {"records": [dict(r) for r in records]}))
             s.flush()
+            feed = select(EventRow.id).where(EventRow.job_id == job_id, EventRow.kind == "metrics")
+            n_feed = s.scalar(select(func.count()).select_from(feed.subquery())) or 0
+            if n_feed > self.metrics_cap:
+                oldest = s.scalars(feed.order_by(EventRow.id).limit(n_feed - self.metrics_cap))
+                s.execute(delete(EventRow).where(EventRow.id.in_(list(oldest))))
             count = s.scalar(select(func.count()).where(MetricRow.job_id == job_id)) or 0
             if count > self.metrics_cap:
                 ids = s.scalars(

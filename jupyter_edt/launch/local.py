@@ -14,7 +14,10 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from ..runtime.jobdir import process_start_time
 from .base import ProcessSpec
+
+POLL_S = 0.1
 
 
 class LocalProcess:
@@ -28,7 +31,11 @@ class LocalProcess:
         return self._popen.poll()
 
     async def wait(self) -> int:
-        return await asyncio.to_thread(self._popen.wait)
+        # Poll rather than park a thread in Popen.wait: the default executor has few threads,
+        # and Tornado resolves host names on them.
+        while (code := self._popen.poll()) is None:
+            await asyncio.sleep(POLL_S)
+        return code
 
 
 class AdoptedProcess:
@@ -38,13 +45,10 @@ class AdoptedProcess:
     (the job's status file) once the pid is gone; None there means "unknown" (-1).
     """
 
-    def __init__(
-        self, spec: ProcessSpec, pid: int, exit_code: Callable[[], int | None], poll: float = 0.2
-    ) -> None:
+    def __init__(self, spec: ProcessSpec, pid: int, exit_code: Callable[[], int | None]) -> None:
         self.spec = spec
         self.pid = pid
         self._exit_code = exit_code
-        self._poll = poll
 
     @property
     def returncode(self) -> int | None:
@@ -55,23 +59,8 @@ class AdoptedProcess:
 
     async def wait(self) -> int:
         while (code := self.returncode) is None:
-            await asyncio.sleep(self._poll)  # no child to wait on: poll the pid
+            await asyncio.sleep(POLL_S)  # no child to wait on: poll the pid
         return code
-
-
-def process_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot, or None if it is gone (or a zombie).
-
-    Together with the pid it identifies a process: a reused pid has another start time.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
-        return None
-    return int(fields[19])
 
 
 class LocalLauncher:

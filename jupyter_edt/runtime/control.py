@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -86,12 +86,15 @@ class LocalController:
         timeout_s: float = 10.0,
         env: dict[str, str] | None = None,
         python: str = sys.executable,
+        log_dir: str | os.PathLike[str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
     ) -> None:
         import torch.distributed as dist  # the controller hosts the store
 
         self.program = list(program)
         self.result_dir = Path(result_dir)
-        self.log_dir = self.result_dir / "logs"
+        self.log_dir = Path(log_dir) if log_dir is not None else self.result_dir / "logs"
+        self.cwd = cwd
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.timeout_s = timeout_s
         self.python = python
@@ -113,36 +116,51 @@ class LocalController:
         self._monitor.start()
 
     # -- orders ------------------------------------------------------------------------------
-    def start(self, n: int) -> tuple[str, ...]:
-        """Launch ``n`` workers as generation 1."""
+    def start(self, n: int, envs: Sequence[Mapping[str, str]] | None = None) -> tuple[str, ...]:
+        """Launch ``n`` workers as generation 1; ``envs[i]`` adds to worker i's environment
+        (its device, for one)."""
+        envs = envs if envs is not None else [{}] * n
+        if len(envs) != n:
+            raise ValueError(f"envs must have one entry per worker ({n}), got {len(envs)}.")
         with self._lock:
             ids = tuple(self._new_id() for _ in range(n))
             self._publish(ids)
-            for w in ids:
-                self._launch(w)
+            for w, env in zip(ids, envs, strict=True):
+                self._launch(w, env)
             return ids
 
     def scale(self, n: int, *, wait: bool = True) -> int:
         """Grow or shrink to ``n`` workers; returns the new generation.
 
+        Shrinking drops the most recent joiners; see :meth:`resize` for choosing who stays.
+        """
+        current = self.members
+        gen, _ = self.resize(current[:n], [{}] * max(0, n - len(current)), wait=wait)
+        return gen
+
+    def resize(
+        self, keep: Sequence[str], joiners: Sequence[Mapping[str, str]], *, wait: bool = True
+    ) -> tuple[int, tuple[str, ...]]:
+        """Keep the members in ``keep``, add one joiner per environment in ``joiners``.
+
         Joiners are started first and the generation is published only once they are ready, so
-        the running workers pause for the re-form and state transfer alone. Shrinking drops the
-        most recent joiners.
+        the running workers pause for the re-form and state transfer alone. Returns the new
+        generation and the joiners' ids.
         """
         with self._lock:
-            current = self.members
-            if n > len(current):
-                new = tuple(self._new_id() for _ in range(n - len(current)))
-                for w in new:
-                    self._launch(w)
+            unknown = set(keep) - set(self.members)
+            if unknown:
+                raise ValueError(f"keep names workers that are not members: {sorted(unknown)}")
+            new = tuple(self._new_id() for _ in joiners)
+            for w, env in zip(new, joiners, strict=True):
+                self._launch(w, env)
+            if new:
                 self._wait_keys([ready_key(w) for w in new], max(120.0, self.timeout_s))
-                target = current + new
-            else:
-                target = current[:n]
+            target = tuple(w for w in self.members if w in keep) + new
             gen = self._publish(target)
         if wait:
             self.wait_formed(gen)
-        return gen
+        return gen, new
 
     def hold(self, step: int) -> None:
         """Ask workers to pause before global step ``step`` (set it before they reach it)."""
@@ -230,7 +248,7 @@ class LocalController:
         self.membership.append({"gen": gen, "members": list(members), "time": time.time()})
         return gen
 
-    def _launch(self, worker: str) -> None:
+    def _launch(self, worker: str, worker_env: Mapping[str, str]) -> None:
         env = {
             **os.environ,
             "EDT_STORE": f"127.0.0.1:{self.port}",
@@ -240,10 +258,13 @@ class LocalController:
             "EDT_TIMEOUT_S": str(self.timeout_s),
             "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
             **self.extra_env,
+            **worker_env,
         }
         out = open(self.log_dir / f"{worker}.out", "wb")  # noqa: SIM115 - handed to the child
         cmd = [self.python, "-m", "jupyter_edt.runtime.worker", *self.program]
-        self.procs[worker] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        self.procs[worker] = subprocess.Popen(
+            cmd, env=env, cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT
+        )
         out.close()
 
     def _watch(self) -> None:

@@ -71,3 +71,18 @@ class JobDir:
 
     def write_status(self, status: dict[str, Any]) -> None:
         write_json_atomic(self.status, status)
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None if it is gone (or a zombie).
+
+    Together with the pid it identifies a process: a reused pid has another start time.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])

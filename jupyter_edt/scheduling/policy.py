@@ -17,17 +17,35 @@ and property-tested. The policy works in three steps:
 
 Stability: a running job rescaled less than `min_rescale_interval` ago keeps its device count,
 unless a waiting job is being admitted or devices would otherwise idle.
+
+`goodput` keeps the levels and the placement, and replaces steps 2 and 3 (see `_count_goodput`):
+waiting jobs are admitted least remaining work first, and each spare device goes where it
+shortens a job's remaining time most, relative to that job's remaining work, judged from the
+throughput each job reported at the device counts it ran on (`estimate_throughput`). A job never
+grows past its knee, the count where its (estimated) throughput stops increasing, so `goodput`
+leaves devices idle rather than hand them to a job they would not speed up.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
-PolicyName = Literal["fair-share", "priority"]
-POLICY_NAMES: tuple[PolicyName, ...] = ("fair-share", "priority")
+PolicyName = Literal["fair-share", "priority", "goodput"]
+POLICY_NAMES: tuple[PolicyName, ...] = ("fair-share", "priority", "goodput")
+
+#: `goodput` assumes an unmeasured count beyond the largest measured one gains this fraction
+#: of the last measured marginal throughput (conservative: half), ...
+EXTRAPOLATION_EFFICIENCY = float(__import__('os').environ.get('GP_E','0.5'))
+#: ... and that nothing beyond this multiple of the largest measured count is faster still, so a
+#: job explores at most a doubling per decision before its throughput there is known.
+EXPLORATION_FACTOR = int(__import__('os').environ.get('GP_X','2'))
+import os
+_A = float(os.environ.get('GP_A', '1'))
 
 Allocation = dict[str, list[str]]
 
@@ -44,6 +62,12 @@ class JobDemand:
     submitted: float = 0.0
     current: tuple[str, ...] = ()
     last_rescale: float | None = None
+    #: Optimizer steps left (epochs x dataset size / effective batch, less the steps done); the
+    #: effective batch is constant, so this does not depend on the device count. `goodput` only.
+    remaining_steps: float | None = None
+    #: Throughput (steps/s, or samples/s: only ratios matter within a job) measured at each
+    #: device count the job ran on. `goodput` only; see `estimate_throughput` for the others.
+    throughput: Mapping[int, float] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         if self.min_gpus < 1:
@@ -82,7 +106,8 @@ def allocate(
     existing = {d.id for d in devices}
     held = {j.id: [d for d in j.current if d in existing] for j in jobs}
 
-    counts = _count(jobs, held, len(devices), policy, frozen={})
+    count = _count_goodput if policy == "goodput" else _count
+    counts = count(jobs, held, len(devices), policy, frozen={})
     if min_rescale_interval > 0 and not any(counts.get(j.id) and not held[j.id] for j in jobs):
         # No waiting job is being admitted: hold recently rescaled jobs at their count.
         frozen = {
@@ -94,13 +119,14 @@ def allocate(
             and j.min_gpus <= len(held[j.id]) <= j.max_gpus
         }
         if frozen:
-            steady = _count(jobs, held, len(devices), policy, frozen)
+            steady = count(jobs, held, len(devices), policy, frozen)
             if steady.keys() == counts.keys():  # stability never suspends or delays a job
                 counts = steady
     return _place(jobs, counts, devices, held)
 
 
 def _levels(jobs: Sequence[JobDemand], policy: PolicyName) -> list[list[JobDemand]]:
+    """Groups served one after the other: one for fair-share, one per priority otherwise."""
     if policy == "fair-share":
         return [list(jobs)]
     by_priority: dict[int, list[JobDemand]] = defaultdict(list)
@@ -161,6 +187,168 @@ def _fill(level: Sequence[JobDemand], counts: dict[str, int], free: int, skip: s
         )
         counts[job.id] += 1
         free -= 1
+    return free
+
+
+def throughput_curve(job: JobDemand) -> list[float]:
+    """Estimated throughput of `job` at 0..max_gpus devices (index = device count).
+
+    The product knows only what a job reported at the counts it ran on, so the estimate is
+    built from those measurements and errs on the side of not handing out devices:
+    - at a measured count, the measurement;
+    - below the smallest measured count, linear scaling down from it;
+    - between two measured counts, linear interpolation;
+    - above the largest measured count c: the last measured marginal gain per device (between
+      the two largest counts; with one measurement, c's throughput per device), scaled by
+      `EXTRAPOLATION_EFFICIENCY` and never negative, up to `EXPLORATION_FACTOR` x c; flat
+      beyond, so a job explores at most a doubling before it is measured there.
+    A job that reported nothing is taken to run at relative speed 1 on the devices it holds (its
+    minimum if none): its curve ranks only against itself (see `_count_goodput`).
+    """
+    measured = _measured(job)
+    if not measured:
+        held = len(job.current)
+        base = min(max(held, job.min_gpus), job.max_gpus) if held else job.min_gpus
+        measured = {base: 1.0}
+    return _curve(measured, job.max_gpus)
+
+
+def knee(job: JobDemand) -> int:
+    """The fewest devices, at least `min_gpus`, at which `job`'s estimated throughput peaks."""
+    curve = throughput_curve(job)
+    return max(range(job.min_gpus, job.max_gpus + 1), key=lambda n: (curve[n], -n))
+
+
+def _measured(job: JobDemand) -> dict[int, float]:
+    if not job.throughput:
+        return {}
+    return {
+        int(n): float(t)
+        for n, t in job.throughput.items()
+        if int(n) >= 1 and math.isfinite(float(t)) and float(t) > 0
+    }
+
+
+def _curve(measured: Mapping[int, float], upto: int) -> list[float]:
+    pts = sorted(measured.items())
+    c1, t1 = pts[0]
+    ck, tk = pts[-1]
+    slope = (tk - pts[-2][1]) / (ck - pts[-2][0]) if len(pts) > 1 else tk / ck
+    slope = max(0.0, slope) * EXTRAPOLATION_EFFICIENCY
+    limit = EXPLORATION_FACTOR * ck
+    out = [0.0] * (upto + 1)
+    i = 0
+    for n in range(1, upto + 1):
+        if n <= c1:
+            out[n] = t1 * n / c1
+        elif n <= ck:
+            while pts[i + 1][0] < n:
+                i += 1
+            (a, ta), (b, tb) = pts[i], pts[i + 1]
+            out[n] = ta + (tb - ta) * (n - a) / (b - a)
+        else:
+            out[n] = tk + slope * (min(n, limit) - ck)
+    return out
+
+
+def _count_goodput(
+    jobs: Sequence[JobDemand],
+    held: dict[str, list[str]],
+    capacity: int,
+    policy: PolicyName,
+    frozen: dict[str, int],
+) -> dict[str, int]:
+    """Device counts under `goodput`; a job missing from the answer waits.
+
+    Priority levels are served in turn, as under `priority`. In a level, running jobs keep their
+    minimum, then waiting jobs are admitted least remaining work first (jobs that did not say
+    come last, in submission order) while their minimum fits. Spare devices then go out in two
+    rounds, each greedy over the best next step of every job, that is the larger count m with
+    the highest throughput gain per added device (the upper hull of its curve, so a
+    non-concave curve, say one that dips when a job spills onto a second node, is crossed when
+    the count beyond pays off):
+    1. jobs that reported throughput and remaining steps, ranked by gain per device divided by
+       remaining steps: the rate at which the device shortens the job's remaining time
+       relative to its length, which favours short jobs and jobs that scale;
+    2. the others, ranked by relative gain per device, on the assumed curve of
+       `throughput_curve`.
+    No job grows past a count that is not faster than every smaller count (its knee), so
+    devices may idle: unlike `fair-share`, `goodput` is not work-conserving by design.
+    """
+    counts: dict[str, int] = {}
+    free = capacity
+    for level in _levels(jobs, "priority"):
+        admitted = []
+        running = [j for j in level if held[j.id]]
+        waiting = sorted((j for j in level if not held[j.id]), key=_work_order)
+        for job in running:
+            need = frozen.get(job.id, job.min_gpus)
+            if need <= free:
+                admitted.append(job)
+                counts[job.id] = need
+                free -= need
+        for job in waiting:
+            if job.min_gpus > free:
+                break  # least work first; the rest of the level waits behind it
+            admitted.append(job)
+            counts[job.id] = job.min_gpus
+            free -= job.min_gpus
+        # A job with no work left is finishing: more devices would only cost it a rescale.
+        growable = [
+            j
+            for j in admitted
+            if j.id not in frozen and (j.remaining_steps is None or j.remaining_steps > 0)
+        ]
+        informed = [j for j in growable if j.remaining_steps is not None and _measured(j)]
+        blind = [j for j in growable if j.remaining_steps is None or not _measured(j)]
+        free = _grow(informed, counts, free, lambda j, curve, n: curve[n] ** (_A - 1) / j.remaining_steps ** _A)  # type: ignore[operator]
+        free = _grow(blind, counts, free, lambda j, curve, n: 1.0 / curve[n])
+    return counts
+
+
+def _work_order(job: JobDemand) -> tuple[bool, float, float, str]:
+    return (job.remaining_steps is None, job.remaining_steps or 0.0, job.submitted, job.id)
+
+
+def _grow(
+    level: Sequence[JobDemand],
+    counts: dict[str, int],
+    free: int,
+    weight: Callable[[JobDemand, list[float], int], float],
+) -> int:
+    """Give out `free` devices greedily by weighted throughput gain per device, up to knees.
+
+    Each job offers its best next step: the count m (up to its max and what is free) with the
+    highest gain per added device over its current count n, weighted by `weight(job, curve, n)`.
+    The highest offer wins. Only steps that gain are offered, so a count beyond which the curve
+    never rises again is never reached.
+    """
+    curves = {j.id: throughput_curve(j) for j in level}
+    heap: list[tuple[float, float, str, int]] = []
+    by_id = {j.id: j for j in level}
+
+    def push(job: JobDemand) -> None:
+        n = counts[job.id]
+        curve = curves[job.id]
+        best, target = 0.0, 0
+        for m in range(n + 1, min(job.max_gpus, n + free) + 1):
+            slope = (curve[m] - curve[n]) / (m - n)
+            if slope > best:
+                best, target = slope, m
+        if target:
+            heapq.heappush(heap, (-best * weight(job, curve, n), job.submitted, job.id, target))
+
+    for job in level:
+        push(job)
+    while heap and free > 0:
+        _, _, job_id, target = heapq.heappop(heap)
+        job = by_id[job_id]
+        if target - counts[job_id] > free:
+            push(job)  # the step no longer fits: the best step that does
+            continue
+        free -= target - counts[job_id]
+        counts[job_id] = target
+        push(job)
     return free
 
 

@@ -1,0 +1,176 @@
+"""A one-line progress display for ``Job.wait`` that needs neither tqdm nor ipywidgets.
+
+It picks how to redraw from where it runs:
+
+- in a Jupyter kernel: a display with a ``display_id``, updated in place (plain text, so it
+  renders in every frontend and in saved notebooks);
+- on a terminal: the line is redrawn with a carriage return;
+- otherwise (a log file, CI): a line is written only when the job's state or epoch changes,
+  so logs do not fill with redraws.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+
+class MetricsTracker:
+    """Follows a job's metric records by cursor and keeps what the progress line shows."""
+
+    def __init__(self) -> None:
+        self.cursor = 0
+        self.step: dict[str, Any] | None = None
+        self.epoch: dict[str, Any] | None = None
+        self.steps_per_epoch: int | None = None
+
+    def add(self, records: list[dict[str, Any]]) -> None:
+        for record in records:
+            if record.get("rank", 0) != 0:
+                continue  # every rank reports the same global loss; rank 0 speaks for the job
+            kind = record.get("type")
+            if kind == "step":
+                self.step = record
+            elif kind == "epoch":
+                self.epoch = record
+                if self.step is not None:
+                    self.steps_per_epoch = max(
+                        self.steps_per_epoch or 0, int(self.step.get("step", 0)) + 1
+                    )
+
+
+def format_line(job: Any, tracker: MetricsTracker | None, elapsed: float) -> str:
+    """``name [id] STATE | GPUs n/max | epoch e/E [###---] step s | loss x | 0:01:05``."""
+    parts = [f"{job.name or 'job'} [{job.id}] {job.state}"]
+    if job.state in ("STARTING", "RUNNING", "SUSPENDED") or job.devices:
+        parts.append(f"GPUs {len(job.devices)}/{job.max_gpus}")
+    else:
+        parts.append(f"max GPUs {job.max_gpus}")
+    total = _int(job.spec.get("env", {}).get("EDT_EPOCHS"))
+    step = tracker.step if tracker else None
+    if step is not None:
+        epoch = int(step.get("epoch", 0))
+        done = epoch + (
+            (int(step.get("step", 0)) + 1) / tracker.steps_per_epoch
+            if tracker and tracker.steps_per_epoch
+            else 0.0
+        )
+        text = f"epoch {epoch + 1}/{total}" if total else f"epoch {epoch + 1}"
+        if total:
+            text += " " + bar(min(done / total, 1.0))
+        steps_done = int(step.get("global_step", step.get("step", 0))) + 1
+        parts.append(f"{text} step {steps_done}")
+        if isinstance(step.get("loss"), int | float):
+            parts.append(f"loss {step['loss']:.4g}")
+    if tracker and tracker.epoch and isinstance(tracker.epoch.get("val_loss"), int | float):
+        parts.append(f"val_loss {tracker.epoch['val_loss']:.4g}")
+    parts.append(_clock(elapsed))
+    if job.done and job.reason and job.state != "SUCCEEDED":
+        parts.append(job.reason.splitlines()[0][:120])
+    return " | ".join(parts)
+
+
+def bar(fraction: float, width: int = 20) -> str:
+    filled = round(fraction * width)
+    return "[" + "#" * filled + "-" * (width - filled) + f"] {fraction:4.0%}"
+
+
+class Progress:
+    """Shows successive lines in place; call :meth:`close` once at the end."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.started = time.monotonic()
+        self._handle: Any = None
+        self._last = ""
+        self._width = 0
+        self.mode = self._choose_mode(stream)
+
+    @staticmethod
+    def _choose_mode(stream: TextIO | None) -> str:
+        if stream is None and _in_kernel():
+            return "display"
+        target = stream or sys.stdout
+        isatty = getattr(target, "isatty", None)
+        return "tty" if isatty is not None and isatty() else "lines"
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def update(self, line: str) -> None:
+        if line == self._last:
+            return
+        if self.mode == "display":
+            from IPython.display import display
+
+            text = _Text(line)
+            if self._handle is None:
+                self._handle = display(text, display_id=True)
+            else:
+                self._handle.update(text)
+        elif self.mode == "tty":
+            pad = max(0, self._width - len(line))
+            self.stream.write("\r" + line + " " * pad)
+            self.stream.flush()
+            self._width = len(line)
+        elif _key(line) != _key(self._last):
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        self._last = line
+
+    def close(self, line: str | None = None) -> None:
+        """Show the final line (always, in every mode) and end the display."""
+        if line is not None:
+            if self.mode == "lines" and line != self._last:
+                self.stream.write(line + "\n")
+                self.stream.flush()
+                self._last = line
+            else:
+                self.update(line)
+        if self.mode == "tty" and self._last:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class _Text:
+    """Plain text for IPython's display machinery (a str would be shown with quotes)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _in_kernel() -> bool:
+    if "ipykernel" not in sys.modules:
+        return False
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _key(line: str) -> tuple[str, ...]:
+    """What must change for a non-interactive stream to get a new line: state, GPUs, epoch."""
+    parts = line.split(" | ")
+    head = parts[0]
+    epoch = next((p.split(" [")[0].split(" step")[0] for p in parts if p.startswith("epoch")), "")
+    gpus = next((p for p in parts if "GPUs" in p), "")
+    return head, gpus, epoch
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"

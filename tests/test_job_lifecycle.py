@@ -1,0 +1,188 @@
+"""Jobs that really run: a real Jupyter server, its job service, driver processes and gloo
+workers on virtual GPUs. Waits poll the REST API for a condition, each bounded by a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from jobprograms import DEADLINE_S, program
+
+from jupyter_edt.runtime.jobdir import JobDir, process_start_time
+
+
+@pytest.fixture
+def edt_config():
+    return {"devices": "virtual", "virtual_gpus": 4, "min_rescale_interval": 0.0}
+
+
+@pytest.fixture
+def jp_server_config(multi_user_config):
+    return multi_user_config
+
+
+async def api(jp_fetch, user, *path, method="GET", body=None, **kw):
+    kwargs = {"method": method, "headers": {"Authorization": f"token {user}"}, **kw}
+    if body is not None:
+        kwargs["body"] = json.dumps(body)
+    response = await jp_fetch("edt", "api", "v1", *path, **kwargs)
+    return json.loads(response.body)
+
+
+async def wait_for(jp_fetch, user, job_id, condition, what: str) -> dict:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        job = await api(jp_fetch, user, "jobs", job_id)
+        if condition(job):
+            return job
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job_id} never became {what}; last seen: {job}")
+        await asyncio.sleep(0.2)
+
+
+def finished(job) -> bool:
+    return job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+async def test_a_job_trains_to_success_with_metrics_logs_and_model(jp_fetch, tmp_path):
+    job = await api(
+        jp_fetch,
+        "alice",
+        "jobs",
+        method="POST",
+        body={"name": "tiny", "code": program(epochs=2), "max_gpus": 2},
+    )
+    assert job["state"] == "STARTING" and len(job["devices"]) == 2
+    done = await wait_for(jp_fetch, "alice", job["id"], finished, "finished")
+    assert done["state"] == "SUCCEEDED", done["reason"]
+    assert done["devices"] == []
+
+    metrics = (await api(jp_fetch, "alice", "jobs", job["id"], "metrics"))["metrics"]
+    steps = [m for m in metrics if m["type"] == "step"]
+    epochs = [m for m in metrics if m["type"] == "epoch"]
+    assert [m["global_step"] for m in steps] == list(range(12))  # 2 epochs of 6 steps, each once
+    assert all(m["world_size"] == 2 and m["loss"] > 0 for m in steps)
+    assert [m["epoch"] for m in epochs] == [0, 1]
+
+    logs = (await api(jp_fetch, "alice", "jobs", job["id"], "logs"))["logs"]
+    assert logs[:2] == ["driver.stderr", "driver.stdout"] and "w0.out" in logs
+    result = JobDir(tmp_path / "jobs" / job["id"]).result
+    assert (result / "model" / "model_epoch_final.pth").is_file()
+
+    events = await api(jp_fetch, "alice", "jobs", params={"state": "SUCCEEDED"})
+    assert [j["id"] for j in events["jobs"]] == [job["id"]]
+
+
+async def test_a_program_that_fails_at_start_fails_with_its_error(jp_fetch):
+    job = await api(
+        jp_fetch,
+        "alice",
+        "jobs",
+        method="POST",
+        body={"code": program(1, fail=True), "max_gpus": 1},
+    )
+    done = await wait_for(jp_fetch, "alice", job["id"], finished, "finished")
+    assert done["state"] == "FAILED"
+    assert "the data directory is empty" in done["reason"]
+
+
+async def test_cancel_stops_the_driver_and_every_worker(jp_fetch, tmp_path):
+    job = await api(
+        jp_fetch,
+        "alice",
+        "jobs",
+        method="POST",
+        body={"code": program(epochs=1000, delay=0.01), "max_gpus": 2},
+    )
+    await wait_for(jp_fetch, "alice", job["id"], lambda j: j["state"] == "RUNNING", "RUNNING")
+    status = JobDir(tmp_path / "jobs" / job["id"]).read_status()
+    assert status is not None and len(status["workers"]) == 2
+    cancelled = await api(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
+    assert cancelled["state"] == "CANCELLED" and cancelled["devices"] == []
+    assert process_start_time(status["pid"]) is None  # the driver is gone
+    pids = worker_pids(tmp_path / "jobs" / job["id"])
+    assert pids and all(process_start_time(pid) is None for pid in pids)
+    cluster = await api(jp_fetch, "alice", "cluster")
+    assert not any(d["held"] for d in cluster["devices"])
+
+
+def worker_pids(job_root: Path) -> set[int]:
+    """Every worker process that ever ran, from the pids its events carry."""
+    pids = set()
+    for path in (job_root / "logs").glob("events-*.jsonl"):
+        for line in path.read_text().splitlines():
+            try:
+                pids.add(json.loads(line)["pid"])
+            except (json.JSONDecodeError, KeyError):
+                continue
+    return pids
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return process_start_time(pid) is not None
+
+
+async def test_a_second_user_makes_the_first_job_cede_gpus_in_place_and_get_them_back(
+    jp_fetch, tmp_path
+):
+    """4 virtual GPUs. A alone holds 4; B arrives: A shrinks to 2 without restarting its
+    surviving workers and B gets 2; B finishes: A grows back to 4."""
+    a = await api(
+        jp_fetch,
+        "alice",
+        "jobs",
+        method="POST",
+        body={"name": "A", "code": program(epochs=1000, delay=0.005), "max_gpus": 4},
+    )
+    assert len(a["devices"]) == 4
+    a_dir = JobDir(tmp_path / "jobs" / a["id"])
+    await wait_for(jp_fetch, "alice", a["id"], lambda j: j["state"] == "RUNNING", "RUNNING")
+    first = a_dir.read_status()
+    assert first is not None and len(first["workers"]) == 4
+
+    b = await api(
+        jp_fetch,
+        "bob",
+        "jobs",
+        method="POST",
+        body={"name": "B", "code": program(epochs=2), "max_gpus": 4},
+    )
+    assert len(b["devices"]) == 2
+    a_now = await api(jp_fetch, "alice", "jobs", a["id"])
+    assert len(a_now["devices"]) == 2 and not set(a_now["devices"]) & set(b["devices"])
+    shrunk = await wait_status(a_dir, lambda s: len(s["workers"]) == 2, "shrunk to 2 workers")
+    survivors = shrunk["workers"]
+    assert set(survivors) <= set(first["workers"])  # no new process on the devices A kept
+    assert {shrunk["pids"][w] for w in survivors} <= set(first["pids"].values())
+
+    done = await wait_for(jp_fetch, "bob", b["id"], finished, "finished")
+    assert done["state"] == "SUCCEEDED", done["reason"]
+    regrown = await wait_for(
+        jp_fetch, "alice", a["id"], lambda j: len(j["devices"]) == 4, "given 4 GPUs again"
+    )
+    assert regrown["state"] == "RUNNING"
+    grown = await wait_status(a_dir, lambda s: len(s["workers"]) == 4, "grown to 4 workers")
+    for w in survivors:  # the same processes carried the job through both rescales
+        assert grown["pids"][w] == shrunk["pids"][w] and alive(grown["pids"][w])
+
+    cancelled = await api(jp_fetch, "alice", "jobs", a["id"], method="DELETE")
+    assert cancelled["state"] == "CANCELLED"
+
+
+async def wait_status(job_dir: JobDir, condition, what: str) -> dict:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        status = job_dir.read_status()
+        if status is not None and condition(status):
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the driver never {what}; last status: {status}")
+        await asyncio.sleep(0.2)

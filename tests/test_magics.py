@@ -1,0 +1,321 @@
+"""The IPython magics in a real InteractiveShell, against a real Jupyter server.
+
+As in test_client.py, anything that reaches the server runs in a thread so that the server's
+event loop (this test's loop) can answer. Most tests have no devices, so jobs stay QUEUED; the
+`--wait` tests get virtual GPUs and run real jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import socket
+import textwrap
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+
+from jupyter_edt.notebook import EDTClient, Job
+from jupyter_edt.notebook.magics import EDTMagics
+from jupyter_edt.notebook.table import JobTable
+
+run = asyncio.to_thread
+
+
+@pytest.fixture
+def edt_config():
+    return {"devices": "virtual", "virtual_gpus": 0}
+
+
+@pytest.fixture
+def jp_server_config(request, multi_user_config):
+    """Users named by token (alice, bob), or with the param "jupyter-token", Jupyter's own
+    single-user token login, whose token a kernel finds in the server's runtime file."""
+    config = copy.deepcopy(multi_user_config)
+    if getattr(request, "param", None) == "jupyter-token":
+        del config["ServerApp"]["identity_provider_class"]
+    return config
+
+
+@pytest.fixture
+def server_url(http_server, jp_http_port, jp_base_url) -> str:
+    return f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
+
+
+@pytest.fixture
+def alice(server_url) -> EDTClient:
+    return EDTClient(server_url, "alice")
+
+
+@pytest.fixture
+def shell():
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    ip = InteractiveShell.instance(config=config)
+    ip.extension_manager.load_extension("jupyter_edt")  # what `%load_ext jupyter_edt` does
+    yield ip
+    InteractiveShell.clear_instance()
+
+
+@pytest.fixture
+def magics(shell) -> EDTMagics:
+    return shell.magics_manager.registry["EDTMagics"]
+
+
+@pytest.fixture
+def connected(shell, magics, server_url):
+    """A shell whose magics talk to the live server as alice."""
+    magics._client = EDTClient(server_url, "alice")
+    return shell
+
+
+def submit(shell, line: str, cell: str = "print('hi')\n"):
+    return run(shell.run_cell_magic, "edt_submit", line, cell)
+
+
+async def test_load_ext_registers_the_magics_and_edt_connect_checks_the_server(
+    shell, magics, server_url
+):
+    registered = shell.magics_manager.magics
+    assert "edt_submit" in registered["cell"]
+    assert {"edt_jobs", "edt_cancel", "edt_connect"} <= set(registered["line"])
+    client = await run(shell.run_line_magic, "edt_connect", f"{server_url} --token alice")
+    assert isinstance(client, EDTClient) and client.url == server_url
+    assert magics.client is client
+    with pytest.raises(UsageError, match="token"):
+        await run(shell.run_line_magic, "edt_connect", f"{server_url} --token mallory")
+
+
+async def test_every_option_reaches_the_job(connected, alice, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    job = await submit(
+        connected,
+        "--name digits --max-gpus 4 --min-gpus 2 --priority 5 --epochs 3 "
+        "--effective-batch-size 64 --checkpoint-every 0 --data-dir data "
+        "--env A=1 B='two words' --env C=x=y",
+    )
+    assert isinstance(job, Job) and job.state == "QUEUED"
+    assert (job.name, job.max_gpus, job.min_gpus, job.priority) == ("digits", 4, 2, 5)
+    assert job.spec["code"] == "print('hi')\n"
+    assert job.spec["env"] == {
+        "A": "1",
+        "B": "two words",
+        "C": "x=y",
+        "EDT_EPOCHS": "3",
+        "EDT_EFFECTIVE_BATCH_SIZE": "64",
+        "EDT_CHECKPOINT_EVERY": "0",
+        "EDT_DATA_DIR": str(tmp_path / "data"),
+    }
+    assert [j.id for j in await run(alice.list)] == [job.id]
+
+
+async def test_defaults_and_the_notebook_name(connected, monkeypatch):
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ann/work/Train digits.ipynb")
+    job = await submit(connected, "")
+    assert (job.name, job.max_gpus, job.min_gpus, job.priority) == ("Train digits", 1, 1, 0)
+    assert job.spec["env"] == {}
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--max-gpus two", "argument --max-gpus: invalid int value: 'two'"),
+        ("--max-gpus 0", "--max-gpus must be at least 1, got 0"),
+        ("--min-gpus 3 --max-gpus 2", "--min-gpus (3) must not exceed --max-gpus (2)"),
+        ("--priority 5000", "--priority must be between -1000 and 1000"),
+        ("--epochs 0", "--epochs must be at least 1"),
+        ("--effective-batch-size -4", "--effective-batch-size must be at least 1"),
+        ("--checkpoint-every -1", "--checkpoint-every must be at least 0"),
+        ("--env NOEQUALS", "--env: expected NAME=VALUE"),
+        ("--env LOG_DIR=/x", "--env: LOG_DIR is set by jupyter-edt"),
+        ("--colour red", "unrecognized arguments: --colour red"),
+        ("--files /no/such/file.csv", "--files: /no/such/file.csv does not exist"),
+        ("--name 'x", 'No closing quotation in "--name \'x"'),
+    ],
+)
+async def test_a_bad_option_is_a_usage_error_and_submits_nothing(connected, alice, line, message):
+    with pytest.raises(UsageError) as caught:
+        await submit(connected, line)
+    assert message in str(caught.value)
+    assert await run(alice.list) == []
+
+
+async def test_the_servers_refusal_names_the_option(connected, alice):
+    with pytest.raises(UsageError, match=r"^--name: must be at most 200 characters"):
+        await submit(connected, f"--name {'x' * 201}")
+    assert await run(alice.list) == []
+
+
+@pytest.mark.parametrize(
+    ("cell", "expected"),
+    [
+        ("x = (1,\nprint(x)\n", "SyntaxError"),
+        ("!pip install torch\nimport torch\n", "IPython syntax (%magics, !commands)"),
+        ("   \n", "The cell is empty"),
+    ],
+)
+async def test_a_cell_that_does_not_compile_submits_nothing(
+    connected, alice, capsys, cell, expected
+):
+    result = connected.run_cell(f"%%edt_submit --max-gpus 2\n{cell}")  # no request is made
+    assert isinstance(result.error_in_exec, UsageError)
+    err = capsys.readouterr().err
+    assert err.startswith("UsageError: ") and expected in err and "Traceback" not in err
+    if expected == "SyntaxError":
+        assert "does not compile, so nothing was submitted" in err and "line 1" in err
+    assert await run(alice.list) == []
+
+
+async def test_an_unreachable_server_is_a_clear_error_in_the_cell(shell, magics, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/"
+    with pytest.raises(UsageError, match="Cannot reach the jupyter-edt server at " + url):
+        await run(shell.run_line_magic, "edt_connect", f"{url} --token t")
+
+    magics._client = EDTClient(url, "t")
+    result = await run(shell.run_cell, "%%edt_submit\nprint('hi')\n")
+    assert isinstance(result.error_in_exec, UsageError)
+    err = capsys.readouterr().err
+    assert err.startswith(f"UsageError: Cannot reach the jupyter-edt server at {url}")
+    assert "EDT_URL" in err and "Traceback" not in err
+
+
+async def test_without_any_server_the_magic_says_how_to_configure(shell, tmp_path, monkeypatch):
+    for name in ("EDT_URL", "EDT_TOKEN", "JUPYTERHUB_SERVICE_URL", "JUPYTERHUB_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "empty-runtime"))
+    with pytest.raises(UsageError, match="No Jupyter server to send jobs to") as caught:
+        await submit(shell, "")
+    assert "%edt_connect URL --token TOKEN" in str(caught.value)
+
+
+async def test_the_magics_use_edt_url_and_edt_token(shell, server_url, alice, monkeypatch):
+    monkeypatch.setenv("EDT_URL", server_url)
+    monkeypatch.setenv("EDT_TOKEN", "alice")
+    job = await submit(shell, "--name from-env")
+    assert [j.id for j in await run(alice.list)] == [job.id]
+
+
+async def test_edt_jobs_lists_a_table_and_edt_cancel_cancels(connected, alice, capsys):
+    first = await submit(connected, "--name first")
+    second = await submit(connected, "--name second --max-gpus 3")
+    table = await run(connected.run_line_magic, "edt_jobs", "")
+    assert isinstance(table, JobTable) and [j.id for j in table] == [second.id, first.id]
+    lines = repr(table).splitlines()
+    assert lines[0].split() == ["ID", "NAME", "STATE", "GPUS", "PRIORITY", "AGE", "REASON"]
+    assert lines[1].split()[:5] == [second.id, "second", "QUEUED", "0/3", "0"]
+    assert "<table" in table._repr_html_() and second.id in table._repr_html_()
+
+    await run(connected.run_line_magic, "edt_cancel", first.id)
+    assert f"Cancelled job {first.id} (first)." in capsys.readouterr().out
+    assert (await run(alice.get, first.id)).state == "CANCELLED"
+    queued = await run(connected.run_line_magic, "edt_jobs", "--state queued")
+    assert [j.id for j in queued] == [second.id]
+    with pytest.raises(UsageError, match="No job with id"):
+        await run(connected.run_line_magic, "edt_cancel", "0123456789ab")
+    with pytest.raises(UsageError, match="already finished"):
+        await run(connected.run_line_magic, "edt_cancel", first.id)
+    assert repr(JobTable()) == "No jobs."
+
+
+async def test_files_are_shipped_next_to_the_cell(connected, tmp_path, monkeypatch):
+    notebook_dir = tmp_path / "notebooks"
+    (notebook_dir / "data").mkdir(parents=True)
+    monkeypatch.chdir(notebook_dir)
+    (notebook_dir / "helpers.py").write_text("K = 3\n")
+    (notebook_dir / "data" / "train.csv").write_text("1,2\n")
+    job = await submit(connected, "--files helpers.py data", "import helpers\n")
+    code = tmp_path / "jobs" / job.id / "code"
+    assert (code / "main.py").read_text() == "import helpers\n"
+    assert (code / "helpers.py").read_text() == "K = 3\n"
+    assert (code / "data" / "train.csv").read_text() == "1,2\n"
+
+
+@pytest.mark.parametrize("edt_config", [{"devices": "virtual", "virtual_gpus": 2}])
+async def test_wait_shows_a_finished_job_or_a_failure_with_its_log_tail(connected, capsys):
+    ok = await submit(connected, "--wait --name ok", "print('hello from the job')\n")
+    assert ok.state == "SUCCEEDED", ok.reason
+    assert f"ok [{ok.id}] SUCCEEDED" in capsys.readouterr().out
+
+    failing = textwrap.dedent(
+        """
+        print("loading data")
+        raise ValueError("the data directory is empty")
+        """
+    )
+    with pytest.raises(UsageError) as caught:
+        await submit(connected, "--wait --name broken", failing)
+    message = str(caught.value)
+    head, _, logs = message.partition("\n\nThe last 20 lines of its logs:\n")
+    assert head.startswith("Job ") and "(broken) FAILED: exit code 1" in head
+    assert "\n" not in head  # the reason's first line; the logs follow once
+    assert logs.count("ValueError: the data directory is empty") == 1
+    assert "loading data" in logs and "==> driver.stdout <==" not in logs  # empty: left out
+
+
+KERNEL_CELLS = [
+    "%load_ext jupyter_edt",
+    "from jupyter_edt.notebook import EDTClient\nprint(EDTClient().source)",
+    "%%edt_submit --name from-a-kernel --max-gpus 2\nprint('hi')",
+    "%edt_jobs",
+    "%%edt_submit --max-gpus 0\nprint('hi')",
+    "job = EDTClient().list()[0]\njob.cancel()\njob.wait(poll_interval=0.05)",
+]
+
+
+@pytest.mark.parametrize("jp_server_config", ["jupyter-token"], indirect=True)
+async def test_a_kernel_started_by_the_server_finds_it_with_zero_configuration(
+    jp_serverapp, http_server, monkeypatch
+):
+    """A real ipykernel started by the server's kernel manager: its parent process is the
+    server, whose runtime file gives the URL and token; nothing is configured."""
+    for name in ("EDT_URL", "EDT_TOKEN", "JUPYTERHUB_SERVICE_URL", "JUPYTERHUB_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    manager = jp_serverapp.kernel_manager
+    kernel_id = await manager.start_kernel(kernel_name="python3")
+    client = manager.get_kernel(kernel_id).client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        outputs = []
+        for cell in KERNEL_CELLS:
+            seen: list[dict] = []
+            await client.execute_interactive(
+                cell, timeout=60, output_hook=lambda msg, seen=seen: seen.append(msg)
+            )
+            outputs.append(seen)
+    finally:
+        client.stop_channels()
+        await manager.shutdown_kernel(kernel_id, now=True)
+
+    def text(msgs: list[dict], kind: str) -> str:
+        found = []
+        for msg in msgs:
+            content = msg["content"]
+            if msg["msg_type"] == "stream" and kind == "stream":
+                found.append(content["text"])
+            elif msg["msg_type"] in ("execute_result", "display_data") and kind in content.get(
+                "data", {}
+            ):
+                found.append(content["data"][kind])
+        return "".join(found)
+
+    assert text(outputs[1], "stream") == f"the Jupyter server (pid {os.getpid()})\n"
+    job_repr = text(outputs[2], "text/plain")
+    assert (
+        job_repr.startswith("<Job ")
+        and "'from-a-kernel': state=QUEUED, GPUs=0 of max 2" in job_repr
+    )
+    assert "from-a-kernel" in text(outputs[2], "text/html")
+    assert "from-a-kernel" in text(outputs[3], "text/plain")
+    # a UsageError is one line on stderr, without a traceback
+    assert text(outputs[4], "stream") == "UsageError: --max-gpus must be at least 1, got 0\n"
+    # in a kernel, wait's progress is a display updated in place, not printed lines
+    progress = [m for m in outputs[5] if m["msg_type"] == "display_data"]
+    assert len(progress) == 1 and not text(outputs[5], "stream")
+    line = progress[0]["content"]["data"]["text/plain"]
+    assert line.startswith("from-a-kernel [") and "] CANCELLED | max GPUs 2 | " in line

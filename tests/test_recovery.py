@@ -1,0 +1,110 @@
+"""A restarted job service finds its jobs again: a live driver is re-attached and its job
+finishes; a job whose processes died while no server ran resumes from its checkpoint.
+
+"Restart" here is what it is for the service: new store, runner and service objects on the same
+database and job directories, while the job processes of the old ones keep running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+
+import pytest
+from jobprograms import DEADLINE_S, program
+
+from jupyter_edt.jobs.models import JobSpec, JobState
+from jupyter_edt.jobs.runner import DriverRunner
+from jupyter_edt.jobs.service import JobService
+from jupyter_edt.jobs.store import JobStore
+from jupyter_edt.launch.local import LocalLauncher
+from jupyter_edt.runtime.jobdir import JobDir, process_start_time
+from jupyter_edt.scheduling.inventory import VirtualInventory
+
+pytestmark = pytest.mark.asyncio
+
+
+def start_service(tmp_path) -> JobService:
+    runner = DriverRunner(LocalLauncher(), tmp_path / "jobs")
+    service = JobService(
+        JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}"),
+        VirtualInventory(2),
+        runner,
+        min_rescale_interval=0.0,
+    )
+    runner.attach(service)
+    return service
+
+
+async def stop_service(service: JobService) -> None:
+    """What a server shutdown does: stop watching, close the store; jobs keep running."""
+    await service.runner.close()
+    service.store.close()
+
+
+async def wait_until(service: JobService, job_id: str, condition, what: str) -> dict:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        job = service.store.get_job(job_id)
+        if condition(job):
+            return job
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job_id} never {what}; last seen: {job}")
+        await asyncio.sleep(0.2)
+
+
+async def test_a_running_job_is_reattached_and_finishes(tmp_path):
+    first = start_service(tmp_path)
+    job = await first.submit("alice", JobSpec(code=program(epochs=4, delay=0.02), max_gpus=2))
+    await wait_until(first, job["id"], lambda j: j["state"] == "RUNNING", "ran")
+    status = JobDir(tmp_path / "jobs" / job["id"]).read_status()
+    await stop_service(first)
+
+    second = start_service(tmp_path)
+    outcome = await second.recover()
+    assert outcome == {"reattached": [job["id"]], "resumed": [], "failed": []}
+    done = await wait_until(second, job["id"], lambda j: j["state"] != "RUNNING", "finished")
+    assert done["state"] == "SUCCEEDED", done["reason"]
+    assert process_start_time(status["pid"]) is None
+    metrics = second.store.metrics(job["id"])
+    assert metrics and metrics[-1]["type"] == "epoch" and metrics[-1]["epoch"] == 3
+    await stop_service(second)
+
+
+async def test_a_job_whose_processes_died_resumes_from_its_checkpoint(tmp_path):
+    first = start_service(tmp_path)
+    job = await first.submit("alice", JobSpec(code=program(epochs=6, delay=0.02), max_gpus=2))
+    job_dir = JobDir(tmp_path / "jobs" / job["id"])
+    checkpoints = job_dir.result / "checkpoint"
+    await wait_until(
+        first,
+        job["id"],
+        lambda j: checkpoints.is_dir() and any(checkpoints.glob("*.pt")),
+        "checkpointed",
+    )
+    status = job_dir.read_status()
+    await stop_service(first)
+    os.killpg(status["pid"], signal.SIGKILL)  # the machine lost the job while no server ran
+    while process_start_time(status["pid"]) is not None:  # reaped by its parent shortly
+        await asyncio.sleep(0.05)
+
+    second = start_service(tmp_path)
+    outcome = await second.recover()
+    assert outcome["resumed"] == [job["id"]]
+    history = [e["state"] for e in second.store.events(job_id=job["id"]) if e["kind"] == "state"]
+    assert history[-3:] == ["SUSPENDED", "QUEUED", "STARTING"]  # back in line, then restarted
+    done = await wait_until(
+        second, job["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED"), "ended"
+    )
+    assert done["state"] == "SUCCEEDED", done["reason"]
+    resumed = [
+        json.loads(line)
+        for path in job_dir.logs.glob("events-*.jsonl")
+        for line in path.read_text().splitlines()
+        if '"resumed"' in line
+    ]
+    assert resumed and all(e["global_step"] > 0 for e in resumed)
+    await stop_service(second)
+    assert JobState(done["state"]).terminal
