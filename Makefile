@@ -54,8 +54,11 @@ jupyter_edt/labextension/package.json: node_modules/.install-stamp $(FRONTEND_SO
 	npm run build
 	touch $@
 
-# The lab extension is built above, so the Python build hook is skipped here.
+# The lab extension is built above, so the Python build hook is skipped here. The develop link
+# makes pip's copy of install.json land in jupyter_edt/labextension/, where a reinstall would
+# then find it twice: remove that copy first.
 $(VENV)/.install-stamp: $(VENV)/.deps-stamp pyproject.toml jupyter_edt/labextension/package.json
+	rm -f jupyter_edt/labextension/install.json
 	SKIP_JUPYTER_BUILDER=1 $(PIP) install -e ".[test]" --no-build-isolation
 	$(VENV)/bin/jupyter-builder develop . --overwrite
 	touch $@

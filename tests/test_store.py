@@ -180,4 +180,4 @@ def test_metrics_reach_the_event_feed_and_the_feed_stays_bounded(store):
     feed = [e for e in store.events(job_id=job["id"]) if e["kind"] == "metrics"]
     assert len(feed) == 40  # the cap
     assert feed[-1]["records"][0]["step"] == 99
-    assert [e["kind"] for e in store.events(job_id=job["id"])][0] == "state"  # others stay
+    assert store.events(job_id=job["id"])[0]["kind"] == "state"  # other events stay
