@@ -19,6 +19,7 @@ from ..scheduling.allocator import SCHEDULED_STATES, Order, plan
 from ..scheduling.inventory import Device, Inventory, snapshot
 from ..scheduling.policy import PolicyName
 from .archives import list_artifacts, open_artifact, safe_extract
+from .feed import EventFeed
 from .logs import LogChunk, list_logs, read_log
 from .models import TERMINAL, JobSpec, JobState, SpecError
 from .store import JobStore, UnknownJob
@@ -73,7 +74,7 @@ class JobService:
         self.admin_users = frozenset(admin_users)
         self.clock = clock
         self._schedule_lock = asyncio.Lock()
-        self._changed = asyncio.Event()
+        self.feed = EventFeed(store)
 
     # queries ------------------------------------------------------------------------------
 
@@ -97,8 +98,12 @@ class JobService:
         return self.store.list_jobs(user=owner, states=states)
 
     def events(self, user: str, *, after: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
-        owner = None if self.is_admin(user) else user
-        return self.store.events(after=after, user=owner, limit=limit)
+        """The change feed as `user` may see it: their own jobs' events, or all for an admin."""
+        if self.is_admin(user):
+            return self.feed.read(after=after, visible=lambda e: True, owner=None, limit=limit)
+        return self.feed.read(
+            after=after, visible=lambda e: e["user"] == user, owner=user, limit=limit
+        )
 
     def holders(self, user: str) -> dict[str, str | None]:
         """Each held device's job id; None where the job is not `user`'s to see."""
@@ -176,9 +181,8 @@ class JobService:
         return await asyncio.to_thread(open_artifact, self.result_dir(user, job_id), path)
 
     def changed(self) -> asyncio.Event:
-        """An event set at the next recorded change. Take it before reading, then wait on it,
-        so a change between the read and the wait is never missed."""
-        return self._changed
+        """See `EventFeed.changed`."""
+        return self.feed.changed()
 
     # commands -----------------------------------------------------------------------------
 
@@ -313,8 +317,7 @@ class JobService:
             self.store.set_state(job_id, JobState.QUEUED, "waiting for GPUs", now=now)
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self.feed.notify()
 
 
 def _check_entrypoint(tree: Path, entrypoint: str) -> None:

@@ -261,14 +261,25 @@ class JobStore:
         job_id: str | None = None,
         limit: int = 1000,
     ) -> list[dict[str, Any]]:
-        """Events with id > `after`, oldest first: the resumable change feed."""
-        query = select(EventRow).where(EventRow.id > after).order_by(EventRow.id).limit(limit)
+        """Events with id > `after`, oldest first: the resumable change feed. Each names the
+        job's owner as `user`."""
+        query = (
+            select(EventRow, JobRow.user)
+            .join(JobRow, JobRow.id == EventRow.job_id)
+            .where(EventRow.id > after)
+            .order_by(EventRow.id)
+            .limit(limit)
+        )
         if job_id is not None:
             query = query.where(EventRow.job_id == job_id)
         if user is not None:
-            query = query.join(JobRow, JobRow.id == EventRow.job_id).where(JobRow.user == user)
+            query = query.where(JobRow.user == user)
         with self._session() as s:
-            return [row.to_dict() for row in s.scalars(query)]
+            return [{**row.to_dict(), "user": owner} for row, owner in s.execute(query)]
+
+    def last_event_id(self) -> int:
+        with self._session() as s:
+            return s.scalar(select(func.max(EventRow.id))) or 0
 
     def add_metrics(
         self, job_id: str, records: Sequence[dict[str, Any]], *, now: float | None = None
