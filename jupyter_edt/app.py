@@ -106,6 +106,14 @@ class EDTApp(ExtensionApp):
         intervals.""",
     )
 
+    driver_module = Unicode(
+        "jupyter_edt.runtime.driver",
+        config=True,
+        help="""Module run (`python -m`) as each job's driver. Replace it only with a driver
+        that speaks the job-directory protocol of `jupyter_edt.runtime.jobdir` (the events
+        benchmark uses a synthetic one).""",
+    )
+
     admin_users = List(
         Unicode(),
         config=True,
@@ -173,7 +181,7 @@ class EDTApp(ExtensionApp):
         self.job_service = JobService(
             store,
             self.inventory,
-            DriverRunner(LocalLauncher(), self.jobs_dir),
+            DriverRunner(LocalLauncher(), self.jobs_dir, driver_module=self.driver_module),
             policy=self.policy,
             min_rescale_interval=self.min_rescale_interval,
             admin_users=self.admin_users,

@@ -52,10 +52,12 @@ class EventsHandler(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHa
             changed = self.service.changed()
             batch = self.service.events(user, after=self.cursor)
             try:
-                for event in batch:
-                    await self.write_message(json.dumps(event))
-                    self.cursor = event["id"]
-                if not batch:
+                if batch:
+                    for item in batch[:-1]:
+                        self.write_message(item.text)
+                    await self.write_message(batch[-1].text)  # one flush for the batch
+                    self.cursor = batch[-1].id
+                else:
                     try:
                         await asyncio.wait_for(changed.wait(), KEEPALIVE_S)
                     except asyncio.TimeoutError:

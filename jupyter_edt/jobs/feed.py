@@ -1,5 +1,6 @@
-"""The live change feed: recent events kept in memory, so that many subscribers (WebSockets)
-read them without each querying the database, and one wake-up per burst of changes.
+"""The live change feed: recent events kept in memory, serialised once, so that many
+subscribers (WebSockets) read them without querying the database or encoding JSON each, and
+are woken once per burst of changes.
 
 The store stays the source of truth: a subscriber whose cursor is older than what memory holds
 reads from the store, so resuming after a reconnect loses nothing.
@@ -8,8 +9,10 @@ reads from the store, so resuming after a reconnect loses nothing.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from collections.abc import Callable
+import bisect
+import json
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from .store import JobStore
@@ -18,10 +21,19 @@ from .store import JobStore
 COALESCE_S = 0.02
 
 
+@dataclass(frozen=True)
+class Published:
+    id: int
+    user: str  # the job's owner: who may see the event
+    event: dict[str, Any]
+    text: str  # the event as JSON, encoded once for every subscriber
+
+
 class EventFeed:
     def __init__(self, store: JobStore, *, keep: int = 20_000) -> None:
         self.store = store
-        self._recent: deque[dict[str, Any]] = deque(maxlen=keep)
+        self.keep = keep
+        self._recent: list[Published] = []
         self._last_id = store.last_event_id()  # memory holds what is published from now on
         self._changed = asyncio.Event()
         self._pending: asyncio.Handle | None = None
@@ -40,29 +52,30 @@ class EventFeed:
     def _publish(self) -> None:
         self._pending = None
         while batch := self.store.events(after=self._last_id, limit=5000):
-            self._recent.extend(batch)
+            self._recent.extend(_published(e) for e in batch)
             self._last_id = batch[-1]["id"]
+        if len(self._recent) > 2 * self.keep:
+            del self._recent[: len(self._recent) - self.keep]
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def read(
-        self,
-        *,
-        after: int,
-        visible: Callable[[dict[str, Any]], bool],
-        owner: str | None,
-        limit: int,
-    ) -> list[dict[str, Any]]:
-        """Events after the cursor that `visible` lets through; from memory when it holds
-        everything after the cursor, else from the store (`owner` narrows that query)."""
+    def read(self, *, after: int, owner: str | None, limit: int) -> list[Published]:
+        """Events after the cursor, of `owner`'s jobs (None: everyone's); from memory when it
+        holds everything after the cursor, else from the store."""
         if after >= self._last_id:
             return []  # nothing newer has been published
-        if self._recent and self._recent[0]["id"] <= after + 1:
+        recent = self._recent
+        if recent and recent[0].id <= after + 1:
+            start = bisect.bisect_right(recent, after, key=attrgetter("id"))
             out = []
-            for event in self._recent:
-                if event["id"] > after and visible(event):
-                    out.append(event)
+            for item in recent[start:]:
+                if owner is None or item.user == owner:
+                    out.append(item)
                     if len(out) == limit:
                         break
             return out
-        return self.store.events(after=after, user=owner, limit=limit)
+        return [_published(e) for e in self.store.events(after=after, user=owner, limit=limit)]
+
+
+def _published(event: dict[str, Any]) -> Published:
+    return Published(event["id"], event["user"], event, json.dumps(event))

@@ -36,13 +36,15 @@ class DriverRunner:
         jobs_dir: str | Path,
         *,
         python: str = sys.executable,
-        poll_interval: float = 0.25,
+        driver_module: str = "jupyter_edt.runtime.driver",
+        poll_interval: float = 0.1,
         stop_grace: float = 10.0,
         suspend_grace: float = 150.0,
     ) -> None:
         self.launcher = launcher
         self.jobs_dir = Path(jobs_dir)
         self.python = python
+        self.driver_module = driver_module
         self.poll_interval = poll_interval
         self.stop_grace = stop_grace
         self.suspend_grace = suspend_grace
@@ -107,7 +109,7 @@ class DriverRunner:
         return ProcessSpec(
             job_id=job["id"],
             name=DRIVER,
-            argv=[self.python, "-m", "jupyter_edt.runtime.driver", str(d.root)],
+            argv=[self.python, "-m", self.driver_module, str(d.root)],
             cwd=d.code,
             log_dir=d.logs,
             env={**job["spec"]["env"], **self.contract(job)},

@@ -19,7 +19,7 @@ from ..scheduling.allocator import SCHEDULED_STATES, Order, plan
 from ..scheduling.inventory import Device, Inventory, snapshot
 from ..scheduling.policy import PolicyName
 from .archives import list_artifacts, open_artifact, safe_extract
-from .feed import EventFeed
+from .feed import EventFeed, Published
 from .logs import LogChunk, list_logs, read_log
 from .models import TERMINAL, JobSpec, JobState, SpecError
 from .store import JobStore, UnknownJob
@@ -97,13 +97,10 @@ class JobService:
             owner = user
         return self.store.list_jobs(user=owner, states=states)
 
-    def events(self, user: str, *, after: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+    def events(self, user: str, *, after: int = 0, limit: int = 1000) -> list[Published]:
         """The change feed as `user` may see it: their own jobs' events, or all for an admin."""
-        if self.is_admin(user):
-            return self.feed.read(after=after, visible=lambda e: True, owner=None, limit=limit)
-        return self.feed.read(
-            after=after, visible=lambda e: e["user"] == user, owner=user, limit=limit
-        )
+        owner = None if self.is_admin(user) else user
+        return self.feed.read(after=after, owner=owner, limit=limit)
 
     def holders(self, user: str) -> dict[str, str | None]:
         """Each held device's job id; None where the job is not `user`'s to see."""

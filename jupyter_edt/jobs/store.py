@@ -126,6 +126,7 @@ class JobStore:
         self.url = url
         self.metrics_cap = metrics_cap
         self.engine = _open_engine(url)
+        self._unchecked: dict[str, int] = {}  # metric records added since the last trim
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         self._prepare()
 
@@ -286,8 +287,9 @@ class JobStore:
     ) -> None:
         """Append metric records, and announce them in the event feed as one `metrics` event.
 
-        Past the cap, older records are thinned to every other one, and the oldest `metrics`
-        events leave the feed (a client that was away that long reads the thinned history).
+        Past the cap (checked every tenth of it), older records are thinned to every other one,
+        and the oldest `metrics` events leave the feed (a client that was away that long reads
+        the thinned history).
         """
         now = time.time() if now is None else now
         with self._session.begin() as s:
@@ -295,19 +297,28 @@ class JobStore:
             s.add_all(MetricRow(job_id=job_id, time=now, values=dict(r)) for r in records)
             s.add(_event(job_id, now, "metrics", {"records": [dict(r) for r in records]}))
             s.flush()
-            feed = select(EventRow.id).where(EventRow.job_id == job_id, EventRow.kind == "metrics")
-            n_feed = s.scalar(select(func.count()).select_from(feed.subquery())) or 0
-            if n_feed > self.metrics_cap:
-                oldest = s.scalars(feed.order_by(EventRow.id).limit(n_feed - self.metrics_cap))
-                s.execute(delete(EventRow).where(EventRow.id.in_(list(oldest))))
-            count = s.scalar(select(func.count()).where(MetricRow.job_id == job_id)) or 0
-            if count > self.metrics_cap:
-                ids = s.scalars(
-                    select(MetricRow.id).where(MetricRow.job_id == job_id).order_by(MetricRow.id)
-                ).all()
-                # Keep the newest quarter at full resolution; halve the resolution before it.
-                older = ids[: len(ids) - self.metrics_cap // 4]
-                s.execute(delete(MetricRow).where(MetricRow.id.in_(older[1::2])))
+            # Counting rows costs a scan of the job's rows: do it once per tenth of the cap.
+            added = self._unchecked.get(job_id, 0) + len(records)
+            if added < max(1, self.metrics_cap // 10):
+                self._unchecked[job_id] = added
+                return
+            self._unchecked[job_id] = 0
+            self._trim(s, job_id)
+
+    def _trim(self, s: Session, job_id: str) -> None:
+        feed = select(EventRow.id).where(EventRow.job_id == job_id, EventRow.kind == "metrics")
+        n_feed = s.scalar(select(func.count()).select_from(feed.subquery())) or 0
+        if n_feed > self.metrics_cap:
+            oldest = s.scalars(feed.order_by(EventRow.id).limit(n_feed - self.metrics_cap))
+            s.execute(delete(EventRow).where(EventRow.id.in_(list(oldest))))
+        count = s.scalar(select(func.count()).where(MetricRow.job_id == job_id)) or 0
+        if count > self.metrics_cap:
+            ids = s.scalars(
+                select(MetricRow.id).where(MetricRow.job_id == job_id).order_by(MetricRow.id)
+            ).all()
+            # Keep the newest quarter at full resolution; halve the resolution before it.
+            older = ids[: len(ids) - self.metrics_cap // 4]
+            s.execute(delete(MetricRow).where(MetricRow.id.in_(older[1::2])))
 
     def metrics(self, job_id: str, *, after: int = 0, limit: int = 10_000) -> list[dict[str, Any]]:
         query = (
