@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import textwrap
 import time
 from pathlib import Path
 
@@ -186,3 +187,36 @@ async def wait_status(job_dir: JobDir, condition, what: str) -> dict:
         if time.monotonic() > deadline:
             raise AssertionError(f"the driver never {what}; last status: {status}")
         await asyncio.sleep(0.2)
+
+
+async def test_a_plain_program_sees_the_job_environment(jp_fetch, tmp_path):
+    code = textwrap.dedent(
+        """
+        import json, os
+        names = ["EDT_JOB_ID", "DATA_DIR", "RESULT_DIR", "LOG_DIR", "CUDA_VISIBLE_DEVICES"]
+        seen = {n: os.environ.get(n) for n in names}
+        seen["cwd"] = os.getcwd()
+        with open(os.path.join(os.environ["RESULT_DIR"], "env.json"), "w") as f:
+            json.dump(seen, f)
+        """
+    )
+    data = tmp_path / "data"
+    job = await api(
+        jp_fetch,
+        "alice",
+        "jobs",
+        method="POST",
+        body={"code": code, "max_gpus": 1, "env": {"EDT_DATA_DIR": str(data)}},
+    )
+    done = await wait_for(jp_fetch, "alice", job["id"], finished, "finished")
+    assert done["state"] == "SUCCEEDED", done["reason"]
+    d = JobDir(tmp_path / "jobs" / job["id"])
+    seen = json.loads((d.result / "env.json").read_text())
+    assert seen == {
+        "EDT_JOB_ID": job["id"],
+        "DATA_DIR": str(data),
+        "RESULT_DIR": str(d.result),
+        "LOG_DIR": str(d.logs),
+        "CUDA_VISIBLE_DEVICES": "",  # a virtual GPU is a CPU slot
+        "cwd": str(d.code),
+    }

@@ -162,7 +162,8 @@ class DriverRunner:
             "EDT_JOB_DIR": str(d.root),
             "RESULT_DIR": str(d.result),
             "LOG_DIR": str(d.logs),
-            "DATA_DIR": job["spec"]["env"].get("DATA_DIR", str(d.code)),
+            # where the program reads its data: the submitter's EDT_DATA_DIR, else its code
+            "DATA_DIR": job["spec"]["env"].get("EDT_DATA_DIR", str(d.code)),
         }
 
     def _prepare(self, d: JobDir, job: dict[str, Any]) -> None:

@@ -67,8 +67,7 @@ PROGRAM_ENV = {
     "epochs": "EDT_EPOCHS",
     "effective_batch_size": "EDT_EFFECTIVE_BATCH_SIZE",
     "checkpoint_every": "EDT_CHECKPOINT_EVERY",
-    # DATA_DIR itself is set by the launcher and reserved in a job's env; the launcher should
-    # take the submitted directory from EDT_DATA_DIR (see the report of issue 5).
+    # DATA_DIR itself is the launcher's (reserved in a job's env); it takes it from EDT_DATA_DIR
     "data_dir": "EDT_DATA_DIR",
 }
 
