@@ -171,3 +171,20 @@ async def test_events_socket_requires_credentials(http_server_client, jp_base_ur
     with pytest.raises(HTTPClientError) as caught:
         await http_server_client.fetch(url, headers=as_user("alice"))
     assert caught.value.code == 400
+
+
+async def test_a_script_is_copied_at_submission(jp_fetch, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('version 1')\n")
+    job = await call(
+        jp_fetch, "alice", "jobs", method="POST", body={"script": str(script), "max_gpus": 1}
+    )
+    script.write_text("print('version 2')\n")  # edited while the job waits
+    copy = tmp_path / "jobs" / job["id"] / "code" / "train.py"
+    assert copy.read_text() == "print('version 1')\n"
+    for bad in (tmp_path / "missing.py", tmp_path):
+        code, answer = await error(
+            jp_fetch, "alice", "jobs", method="POST", body={"script": str(bad), "max_gpus": 1}
+        )
+        assert code == 400 and answer["field"] == "script"
+    assert len((await call(jp_fetch, "alice", "jobs"))["jobs"]) == 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -172,13 +171,11 @@ class DriverRunner:
         entry = d.code / spec["entrypoint"]
         if spec["code"] is not None:
             entry.write_text(spec["code"])
-        elif spec.get("archive") is not None:  # unpacked into code/ at submission
+        else:  # an uploaded archive or a script: put into code/ at submission
+            if spec["script"] is not None:
+                entry = d.code / Path(spec["script"]).name
             if not entry.is_file():
-                raise FileNotFoundError(f"The job's uploaded code has no {spec['entrypoint']}.")
-        else:
-            source = Path(spec["script"])
-            shutil.copy2(source, d.code / source.name)
-            entry = d.code / source.name
+                raise FileNotFoundError(f"The job's submitted code has no {entry.name}.")
         write_json_atomic(
             d.job,
             {

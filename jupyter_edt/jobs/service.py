@@ -150,16 +150,20 @@ class JobService:
             except ValueError as err:
                 raise SpecError("file", str(err)) from err
             _check_entrypoint(tree, spec.entrypoint)
-            job = self.store.create_job(user, spec, now=self.clock())
-            try:
-                await asyncio.to_thread(self.runner.install_code, job["id"], tree)
-            except OSError as err:
-                reason = f"its uploaded code could not be stored: {err}"
-                self.store.set_state(job["id"], JobState.FAILED, reason, now=self.clock())
-                self._notify()
-                raise
+            return await self._submit_tree(user, spec, tree)
         finally:
             await asyncio.to_thread(shutil.rmtree, tree, True)
+
+    async def _submit_tree(self, user: str, spec: JobSpec, tree: Path) -> dict[str, Any]:
+        """Record the job, then make the checked `tree` its code directory."""
+        job = self.store.create_job(user, spec, now=self.clock())
+        try:
+            await asyncio.to_thread(self.runner.install_code, job["id"], tree)
+        except OSError as err:
+            reason = f"its code could not be stored: {err}"
+            self.store.set_state(job["id"], JobState.FAILED, reason, now=self.clock())
+            self._notify()
+            raise
         self._notify()
         await self.reschedule()
         return self.store.get_job(job["id"])
@@ -184,6 +188,14 @@ class JobService:
     # commands -----------------------------------------------------------------------------
 
     async def submit(self, user: str, spec: JobSpec) -> dict[str, Any]:
+        if spec.script is not None:
+            # Copied now, not when the job starts: a queued job runs what was submitted.
+            tree = self.runner.staging_dir() / uuid.uuid4().hex
+            try:
+                await asyncio.to_thread(_stage_script, Path(spec.script), tree)
+                return await self._submit_tree(user, spec, tree)
+            finally:
+                await asyncio.to_thread(shutil.rmtree, tree, True)
         job = self.store.create_job(user, spec, now=self.clock())
         self._notify()
         await self.reschedule()
@@ -315,6 +327,16 @@ class JobService:
 
     def _notify(self) -> None:
         self.feed.notify()
+
+
+def _stage_script(script: Path, tree: Path) -> None:
+    if script.suffix != ".py" or not script.is_file():
+        raise SpecError("script", f"{script} is not a Python file on the server")
+    tree.mkdir(parents=True)
+    try:
+        shutil.copy2(script, tree / script.name)
+    except OSError as err:
+        raise SpecError("script", f"{script} cannot be read: {err.strerror}") from err
 
 
 def _check_entrypoint(tree: Path, entrypoint: str) -> None:
