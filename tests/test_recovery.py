@@ -62,9 +62,12 @@ async def test_a_running_job_is_reattached_and_finishes(tmp_path):
     status = JobDir(tmp_path / "jobs" / job["id"]).read_status()
     await stop_service(first)
 
+    stale = tmp_path / "jobs" / ".uploads" / "interrupted"
+    stale.mkdir(parents=True)  # an upload the old server never finished
     second = start_service(tmp_path)
     outcome = await second.recover()
     assert outcome == {"reattached": [job["id"]], "resumed": [], "failed": []}
+    assert not stale.exists()
     done = await wait_until(second, job["id"], lambda j: j["state"] != "RUNNING", "finished")
     assert done["state"] == "SUCCEEDED", done["reason"]
     assert process_start_time(status["pid"]) is None

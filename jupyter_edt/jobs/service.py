@@ -254,6 +254,8 @@ class JobService:
         """
         outcome: dict[str, list[str]] = {"reattached": [], "resumed": [], "failed": []}
         now = self.clock()
+        # uploads a crash interrupted: never recorded as jobs, so nothing refers to them
+        await asyncio.to_thread(shutil.rmtree, self.runner.staging_dir(), True)
         for job in self.store.list_jobs(states=[JobState.STARTING, JobState.RUNNING]):
             if self.runner.reattach(job):
                 outcome["reattached"].append(job["id"])
