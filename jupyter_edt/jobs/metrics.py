@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,13 @@ class EventTail:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self._offsets: dict[Path, int] = {}
+        self._lock = threading.Lock()  # read from executor threads: each line goes out once
 
     def read_new(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return self._read_new()
+
+    def _read_new(self) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = []
         for path in sorted(self.log_dir.glob("events-*.jsonl")):
             offset = self._offsets.get(path, 0)

@@ -50,6 +50,8 @@ class DriverRunner:
         self._service: JobService | None = None
         self._drivers: dict[str, ProcessHandle] = {}
         self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._tails: dict[str, EventTail] = {}
+        self._collector: asyncio.Task[None] | None = None
 
     def attach(self, service: JobService) -> None:
         self._service = service
@@ -116,12 +118,16 @@ class DriverRunner:
         )
 
     def _unfollow(self, job_id: str) -> None:
+        self._tails.pop(job_id, None)
         watcher = self._watchers.pop(job_id, None)
         if watcher is not None:
             watcher.cancel()
 
     def _follow(self, job_id: str, handle: ProcessHandle) -> None:
         self._drivers[job_id] = handle
+        self._tails[job_id] = EventTail(self.job_dir(job_id).logs)
+        if self._collector is None:
+            self._collector = asyncio.create_task(self._collect())
         self._watchers[job_id] = asyncio.create_task(self._watch(job_id, handle))
 
     async def resize(self, job: dict[str, Any], devices: Sequence[Device]) -> None:
@@ -148,6 +154,9 @@ class DriverRunner:
             await self.launcher.stop(handle, grace=self.stop_grace)
 
     async def close(self) -> None:
+        if self._collector is not None:
+            self._collector.cancel()
+            self._collector = None
         for watcher in self._watchers.values():
             watcher.cancel()
 
@@ -190,27 +199,38 @@ class DriverRunner:
         previous = d.read_orders() or {"seq": 0}
         d.write_orders({"seq": previous["seq"] + 1, "action": action, "devices": _devices(devices)})
 
-    async def _forward_metrics(self, job_id: str, tail: EventTail) -> None:
+    async def _collect(self) -> None:
+        """Forward every followed job's new metric events, all jobs in one go, so the store
+        sees one transaction per interval however many jobs run."""
+        while True:
+            await self._forward(list(self._tails))
+            await asyncio.sleep(self.poll_interval)
+
+    async def _forward(self, job_ids: list[str]) -> None:
         assert self._service is not None
-        records = metric_records(await asyncio.to_thread(tail.read_new))
-        if records:
-            self._service.add_metrics(job_id, records)
+        tails = {j: self._tails[j] for j in job_ids if j in self._tails}
+
+        def read() -> dict[str, list[dict[str, Any]]]:
+            return {j: metric_records(t.read_new()) for j, t in tails.items()}
+
+        batches = {j: r for j, r in (await asyncio.to_thread(read)).items() if r}
+        if batches:
+            self._service.add_metrics(batches)
 
     async def _watch(self, job_id: str, handle: ProcessHandle) -> None:
         """Follow one driver until it exits, forwarding what it reports to the service."""
         assert self._service is not None, "attach() the service before starting jobs"
         service = self._service
         d = self.job_dir(job_id)
-        tail = EventTail(d.logs)
         running = False
         try:
             while handle.returncode is None:
                 if not running and (d.read_status() or {}).get("state") == "running":
                     running = True
                     await service.job_running(job_id)
-                await self._forward_metrics(job_id, tail)
                 await asyncio.sleep(self.poll_interval)
-            await self._forward_metrics(job_id, tail)
+            await self._forward([job_id])  # what it wrote last, before its end is recorded
+            self._tails.pop(job_id, None)
             code = handle.returncode
             self._drivers.pop(job_id, None)
             self._watchers.pop(job_id, None)

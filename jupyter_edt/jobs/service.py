@@ -240,8 +240,9 @@ class JobService:
         self._notify()
         await self.reschedule()
 
-    def add_metrics(self, job_id: str, records: Sequence[dict[str, Any]]) -> None:
-        self.store.add_metrics(job_id, records, now=self.clock())
+    def add_metrics(self, batches: dict[str, list[dict[str, Any]]]) -> None:
+        """Record what jobs' workers reported, for many jobs at once (one transaction)."""
+        self.store.add_metrics_many(batches, now=self.clock())
         self._notify()
 
     # restart ------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -285,7 +285,13 @@ class JobStore:
     def add_metrics(
         self, job_id: str, records: Sequence[dict[str, Any]], *, now: float | None = None
     ) -> None:
-        """Append metric records, and announce them in the event feed as one `metrics` event.
+        self.add_metrics_many({job_id: records}, now=now)
+
+    def add_metrics_many(
+        self, batches: Mapping[str, Sequence[dict[str, Any]]], *, now: float | None = None
+    ) -> None:
+        """Append metric records of several jobs in one transaction, and announce each job's
+        as one `metrics` event in the feed.
 
         Past the cap (checked every tenth of it), older records are thinned to every other one,
         and the oldest `metrics` events leave the feed (a client that was away that long reads
@@ -293,17 +299,19 @@ class JobStore:
         """
         now = time.time() if now is None else now
         with self._session.begin() as s:
-            self._row(s, job_id)
-            s.add_all(MetricRow(job_id=job_id, time=now, values=dict(r)) for r in records)
-            s.add(_event(job_id, now, "metrics", {"records": [dict(r) for r in records]}))
+            for job_id, records in batches.items():
+                self._row(s, job_id)
+                s.add_all(MetricRow(job_id=job_id, time=now, values=dict(r)) for r in records)
+                s.add(_event(job_id, now, "metrics", {"records": [dict(r) for r in records]}))
             s.flush()
-            # Counting rows costs a scan of the job's rows: do it once per tenth of the cap.
-            added = self._unchecked.get(job_id, 0) + len(records)
-            if added < max(1, self.metrics_cap // 10):
-                self._unchecked[job_id] = added
-                return
-            self._unchecked[job_id] = 0
-            self._trim(s, job_id)
+            for job_id, records in batches.items():
+                # Counting rows scans the job's rows: do it once per tenth of the cap.
+                added = self._unchecked.get(job_id, 0) + len(records)
+                if added < max(1, self.metrics_cap // 10):
+                    self._unchecked[job_id] = added
+                else:
+                    self._unchecked[job_id] = 0
+                    self._trim(s, job_id)
 
     def _trim(self, s: Session, job_id: str) -> None:
         feed = select(EventRow.id).where(EventRow.job_id == job_id, EventRow.kind == "metrics")
