@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyter_edt.scheduling.policy import DeviceSlot, JobDemand, allocate
+from jupyter_edt.scheduling.policy import (
+    DeviceSlot,
+    JobDemand,
+    allocate,
+    knee,
+    throughput_curve,
+)
 
 USERS = ["ana", "bo", "cy"]
 
@@ -249,3 +256,151 @@ def test_unknown_policy_and_duplicate_ids_are_rejected():
         allocate([job, job], slots(1))
     with pytest.raises(ValueError, match="Device ids must be unique"):
         allocate([job], [DeviceSlot("g"), DeviceSlot("g")])
+
+
+def test_stability_does_not_crash_when_a_frozen_job_no_longer_fits():
+    """A frozen lower-priority job squeezed out by a higher one keeps its fair count instead."""
+    devices = [DeviceSlot("n0g0", "n0")] + [DeviceSlot(f"n1g{i}", "n1") for i in range(5)]
+    devices += [DeviceSlot(f"n2g{i}", "n2") for i in range(4)]
+    low = JobDemand(
+        "low", "bo", min_gpus=2, max_gpus=7, priority=1, submitted=2,
+        current=("n0g0", "n1g0", "n1g1", "n1g2"), last_rescale=90.0,
+    )  # fmt: skip
+    high = JobDemand(
+        "high", "bo", min_gpus=3, max_gpus=8, priority=2, submitted=1,
+        current=("n1g3", "n1g4", "n2g0", "n2g1", "n2g2"), last_rescale=0.0,
+    )  # fmt: skip
+    result = allocate([low, high], devices, "priority", now=100.0, min_rescale_interval=30.0)
+    assert len(result["high"]) == 8 and len(result["low"]) == 2
+
+
+# ---- goodput -------------------------------------------------------------------------------
+
+
+@st.composite
+def goodput_clusters(draw):
+    """Clusters whose jobs report remaining steps and throughput at some counts (or not)."""
+    jobs, devices = draw(clusters())
+    out = []
+    for job in jobs:
+        measured = None
+        if draw(st.booleans()):
+            counts = draw(st.lists(st.integers(1, 8), min_size=1, max_size=4, unique=True))
+            measured = {n: draw(st.floats(0.1, 100.0)) for n in counts}
+        remaining = draw(st.none() | st.floats(0.0, 1e5))
+        out.append(replace(job, remaining_steps=remaining, throughput=measured))
+    return out, devices
+
+
+@settings(max_examples=300, deadline=None)
+@given(goodput_clusters(), st.sampled_from([0.0, 30.0]))
+def test_goodput_no_device_twice_and_min_max_respected(case, interval):
+    jobs, devices = case
+    result = allocate(jobs, devices, "goodput", now=100.0, min_rescale_interval=interval)
+    assert set(result) == {j.id for j in jobs}
+    given_out = [d for ids in result.values() for d in ids]
+    assert len(given_out) == len(set(given_out))
+    assert set(given_out) <= {d.id for d in devices}
+    for job in jobs:
+        n = len(result[job.id])
+        assert n == 0 or job.min_gpus <= n <= job.max_gpus
+
+
+@settings(max_examples=200, deadline=None)
+@given(goodput_clusters(), st.randoms(use_true_random=False))
+def test_goodput_deterministic_and_independent_of_input_order(case, rnd):
+    jobs, devices = case
+    first = allocate(jobs, devices, "goodput")
+    shuffled = list(jobs)
+    rnd.shuffle(shuffled)
+    assert allocate(shuffled, devices, "goodput") == first
+    assert allocate(jobs, devices, "goodput") == first
+
+
+@settings(max_examples=300, deadline=None)
+@given(goodput_clusters())
+def test_goodput_never_grows_a_job_past_its_knee(case):
+    """Rule: a job above its minimum runs faster (estimated) than at any smaller count, so it
+    never holds more than its knee. Devices may idle instead: goodput is not work-conserving."""
+    jobs, devices = case
+    result = allocate(jobs, devices, "goodput")
+    for job in jobs:
+        n = len(result[job.id])
+        if n > job.min_gpus:
+            curve = throughput_curve(job)
+            assert all(curve[n] > curve[m] for m in range(job.min_gpus, n))
+            assert n <= knee(job)
+
+
+@settings(max_examples=300, deadline=None)
+@given(goodput_clusters())
+def test_goodput_admits_while_minimums_fit_least_work_first(case):
+    """Running jobs keep at least their minimum when the levels above leave room; a waiting job
+    waits only when its minimum does not fit or a job with less remaining work waits."""
+    jobs, devices = case
+    result = allocate(jobs, devices, "goodput")
+    for job in jobs:
+        if result[job.id]:
+            continue
+        above = sum(len(result[j.id]) for j in jobs if j.priority > job.priority)
+        same = sum(j.min_gpus for j in jobs if j.priority == job.priority and result[j.id])
+        ahead = any(
+            j.priority == job.priority and not result[j.id] and not j.current
+            for j in jobs
+            if j is not job
+        )
+        assert len(devices) - above - same < job.min_gpus or ahead
+
+
+def test_goodput_gives_a_spare_device_where_it_speeds_a_job_up_most():
+    linear = JobDemand("lin", "ana", max_gpus=4, remaining_steps=1000, throughput={1: 10, 2: 20})
+    flat = JobDemand(
+        "flat", "bo", max_gpus=4, submitted=1, remaining_steps=1000, throughput={1: 10, 2: 12}
+    )
+    result = allocate([linear, flat], slots(4), "goodput")
+    assert len(result["lin"]) == 3 and len(result["flat"]) == 1
+
+
+def test_goodput_favours_the_job_with_less_remaining_work():
+    curve = {1: 10.0, 2: 19.0, 3: 27.0}
+    short = JobDemand("short", "ana", max_gpus=3, remaining_steps=100, throughput=curve)
+    long = JobDemand("long", "bo", max_gpus=3, remaining_steps=9000, throughput=curve)
+    result = allocate([short, long], slots(4), "goodput")
+    assert len(result["short"]) == 3 and len(result["long"]) == 1
+
+
+def test_goodput_stops_at_the_knee_and_leaves_devices_idle():
+    job = JobDemand(
+        "a", "ana", max_gpus=8, remaining_steps=50, throughput={1: 10, 2: 18, 4: 20, 8: 15}
+    )
+    assert knee(job) == 4
+    result = allocate([job], slots(8), "goodput")
+    assert len(result["a"]) == 4
+
+
+def test_goodput_crosses_a_dip_when_the_count_beyond_pays_off():
+    """Spilling onto a second node (5 GPUs) is slower, 8 is much faster: go to 8, not 5."""
+    job = JobDemand("a", "ana", max_gpus=8, remaining_steps=50, throughput={4: 40, 5: 30, 8: 70})
+    assert len(allocate([job], slots(4, nodes=2), "goodput")["a"]) == 8
+
+
+def test_goodput_explores_unmeasured_counts_a_doubling_at_a_time():
+    fresh = JobDemand("a", "ana", min_gpus=2, max_gpus=16)
+    assert throughput_curve(fresh)[4] > throughput_curve(fresh)[2]
+    assert len(allocate([fresh], slots(16), "goodput")["a"]) == 4
+    measured = replace(fresh, current=("n0g0", "n0g1", "n0g2", "n0g3"), throughput={4: 40.0})
+    assert knee(measured) == 8
+    assert throughput_curve(measured)[8] == 40.0 + 0.5 * 10.0 * 4  # half the per-GPU gain
+
+
+def test_goodput_packs_a_growing_job_on_one_node():
+    """A job that grows moves off a node it shares when another node holds it whole."""
+    devices = slots(4, nodes=2)
+    a = JobDemand(
+        "a", "ana", max_gpus=4, current=("n0g0", "n0g1"), remaining_steps=10,
+        throughput={1: 10.0, 2: 20.0},
+    )  # fmt: skip
+    b = JobDemand("b", "bo", max_gpus=1, current=("n0g2",), remaining_steps=1e6, throughput={1: 1})
+    result = allocate([a, b], devices, "goodput")
+    assert len(result["a"]) == 4 and {d[:2] for d in result["a"]} == {"n1"}
+    assert result["b"] == ["n0g2"]

@@ -62,7 +62,7 @@ def canonical_placement(placement: Sequence[int]) -> tuple[int, ...]:
     return min(p[i:] + p[:i] for i in range(len(p)))
 
 
-@dataclass
+@dataclass(eq=False)  # identity: one object per application, cached by the simulator
 class Application:
     """One application's measured curves and the rules that turn them into speeds."""
 

@@ -28,7 +28,11 @@ Policies:
 - ``fair-share``, ``priority``, ``goodput``: jupyter-edt's policies, through the same
   `jupyter_edt.scheduling.policy.allocate` the job service calls, on `DeviceSlot`s for the
   cluster. Each job is its own user (the workloads name none), has priority 0 (so `priority`
-  equals `fair-share` here), min 1 GPU and max ``--max-gpus``.
+  equals `fair-share` here), min 1 GPU and max ``--max-gpus``: ``scalable`` (default) is as
+  many GPUs as the fixed batch splits over with each GPU at least the smallest measured
+  micro-batch (what a user who leaves the max to the scheduler gets), ``requested`` is the
+  workload's ``num_replicas``. `goodput` is told each job's remaining steps and the steps/s it
+  ran at on each GPU count so far, nothing else.
 
 ``--all`` runs every policy on every workload and prints the table (or JSON with ``--json``).
 """
@@ -44,6 +48,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +69,7 @@ PUBLISHED_RESTART_S = 30.0
 DEFAULT_RESCALE_S = 0.5
 DEFAULT_START_S = 30.0
 TIRESIAS_THRESHOLD_GPU_S = 16 * 3600
+LAST_TICK_S = 90 * 24 * 3600  # a policy that starves a job forever fails instead of spinning
 SIM_POLICIES = ("static", "tiresias", *POLICY_NAMES)
 #: Published average JCT (s) per workload at 1.0x load (Pollux paper; data README).
 PUBLISHED = {
@@ -100,10 +106,8 @@ class SimJob:
         """Optimizer steps left at the job's batch: what the job knows (epochs x dataset /
         batch, less the steps done) since a constant batch makes it independent of GPUs."""
         app = self.app
-        left = (app.progress(self.epoch + 1) - self.progress) / app.gain(self.batch, self.epoch)
-        for e in range(self.epoch + 1, app.epochs):
-            left += (app.progress(e + 1) - app.progress(e)) / app.gain(self.batch, e)
-        return left
+        now = (app.progress(self.epoch + 1) - self.progress) / app.gain(self.batch, self.epoch)
+        return now + _steps_after(app, self.batch)[self.epoch]
 
     def advance(self, start: float, seconds: float) -> None:
         """Run from ``start`` for ``seconds`` on the current placement."""
@@ -135,7 +139,7 @@ class SimJob:
                 seconds -= delta
                 if self.epoch == app.epochs:
                     self.completed = start + elapsed
-                    self.held_gpu_s -= gpus * seconds  # freed at the next tick, but idle
+                    self.held_gpu_s -= gpus * seconds  # held until the tick, but not used
 
     def assign(self, alloc: tuple, placement: tuple[int, ...], now: float, cost: float) -> None:
         """Take allocation ``alloc`` (per-node counts ``placement``); pay ``cost`` on a change."""
@@ -150,6 +154,18 @@ class SimJob:
         if alloc:
             self.pause = cost
             self.last_change = now
+
+
+@cache
+def _steps_after(app: Application, batch: int) -> list[float]:
+    """Steps at ``batch`` in the epochs after each 0-based epoch: suffix sums, cached."""
+    per_epoch = [
+        (app.progress(e + 1) - app.progress(e)) / app.gain(batch, e) for e in range(app.epochs)
+    ]
+    after = [0.0] * app.epochs
+    for e in range(app.epochs - 2, -1, -1):
+        after[e] = after[e + 1] + per_epoch[e + 1]
+    return after
 
 
 def read_workload(path: str | Path, apps: dict[str, Application], max_gpus: str) -> list[SimJob]:
@@ -254,6 +270,10 @@ def simulate(workload: str | Path, opts: Options) -> dict[str, Any]:
     """Run one workload under one policy; JCT and cluster statistics."""
     apps = load_applications(opts.data)
     jobs = read_workload(workload, apps, opts.max_gpus)
+    size = opts.nodes * opts.gpus_per_node
+    for job in jobs:  # on a smaller cluster than the workload's, a job asks for all of it
+        job.replicas = min(job.replicas, size)
+        job.max_gpus = min(job.max_gpus, size)
     slots = [
         DeviceSlot(f"n{n:02d}g{g}", f"n{n:02d}")
         for n in range(opts.nodes)
@@ -265,6 +285,8 @@ def simulate(workload: str | Path, opts: Options) -> dict[str, Any]:
     calls = 0
     now = 0.0
     while any(j.completed is None for j in jobs):
+        if now > LAST_TICK_S:
+            raise RuntimeError(f"{opts.policy}: jobs still running after {LAST_TICK_S} s.")
         for job in jobs:
             job.advance(now, TICK_S)
         now += TICK_S

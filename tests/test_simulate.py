@@ -1,0 +1,140 @@
+"""The scheduler simulator: its speed model, its calibration, and that it runs the real policy."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+
+from jupyter_edt.bench import simulate as sim
+from jupyter_edt.bench.pollux_data import canonical_placement, default_data_dir, load_applications
+from jupyter_edt.scheduling import policy
+
+DATA = default_data_dir()
+WORKLOAD_1 = DATA / "workloads" / "workload-1.csv"
+
+
+@pytest.fixture(scope="module")
+def apps():
+    return load_applications()
+
+
+def rows(app: str, name: str) -> list[dict[str, str]]:
+    with (DATA / "traces" / app / name).open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize(
+    ("app", "batch", "replicas", "expected"),
+    [
+        # local = ceil(B/r); k = ceil(local/max) - 1, at least 1 on one GPU when B > B0;
+        # m = ceil(local/(k+1)), capped at floor(Bmax / (r (k+1)))
+        ("cifar10", 2048, 1, (1024, 1)),  # 2048 > max 1024: one extra micro-step
+        ("ncf", 32768, 1, (16384, 1)),  # fits one GPU, yet B > B0 on one GPU: k raised to 1
+        ("cifar10", 4096, 12, (341, 0)),  # ceil(4096/12) = 342, capped at 4096 // 12 = 341
+        ("bert", 384, 8, (12, 3)),  # 48 per GPU, 12 at most: 4 micro-steps of 12
+        ("cifar10", 128, 1, (128, 0)),  # B0 on one GPU: no accumulation
+    ],
+)
+def test_batch_configuration(apps, app, batch, replicas, expected):
+    assert apps[app].batch_config(batch, replicas) == expected
+
+
+def test_progress_boundaries_and_gain_follow_the_validation_rows(apps):
+    cifar = apps["cifar10"]
+    files = [f"validation-{b}.csv" for b in (128, 256, 512, 1024, 2048, 4096)]
+    first = min(float(rows("cifar10", f)[0]["progress"]) for f in files)
+    assert cifar.progress(0) == 0.0 and cifar.progress(1) == first
+    assert cifar.epochs == 100 and len(cifar.boundaries) == 101
+    assert cifar.gain(128, 0) == pytest.approx(1.0)  # one step at B0 adds 1
+    row = rows("cifar10", "validation-2048.csv")[4]  # epoch 5, 0-based row 4
+    sqr, var = float(row["grad_sqr"]), float(row["grad_var"])
+    assert cifar.gain(2048, 4) == pytest.approx((var + sqr) / (var * 128 / 2048 + sqr))
+    # halfway between two validated sizes: grad statistics interpolated linearly
+    lo, hi = rows("cifar10", "validation-1024.csv")[4], rows("cifar10", "validation-2048.csv")[4]
+    mid_sqr = (float(lo["grad_sqr"]) + float(hi["grad_sqr"])) / 2
+    mid_var = (float(lo["grad_var"]) + float(hi["grad_var"])) / 2
+    assert cifar.grad(1536, 4) == pytest.approx((mid_sqr, mid_var))
+
+
+def test_step_time_of_measured_and_unmeasured_placements(apps):
+    cifar = apps["cifar10"]
+    assert canonical_placement((3, 1)) == (1, 3)
+    assert canonical_placement((2, 1, 1, 0)) == (1, 1, 2)
+    measured = [r for r in rows("cifar10", "placements.csv") if r["placement"] == "1"]
+    a, b = measured[0], measured[1]  # local_bsz 32 and 45
+    assert cifar.step_time((1,), 32) == (float(a["step_time"]), float(a["sync_time"]))
+    halfway = cifar.step_time((1,), (32 + 45) / 2)[0]
+    assert halfway == pytest.approx((float(a["step_time"]) + float(b["step_time"])) / 2)
+    # 5 nodes is not in placements.csv: Delaunay interpolation, still finite and positive
+    st, sy = cifar.step_time((4, 4, 4, 4, 4), 128)
+    assert 0 < sy < st and math.isfinite(st)
+    # one optimizer step = step_time + k * (step_time - sync_time) at micro-batch m
+    st, sy = cifar.step_time((1,), 1024)
+    assert cifar.iteration_time((1,), 2048) == (pytest.approx(st + (st - sy)), 2048)
+
+
+def test_tiresias_reproduces_the_published_figure_on_workload_1():
+    out = sim.simulate(WORKLOAD_1, sim.Options(policy="tiresias"))
+    published = sim.PUBLISHED["tiresias"][0]
+    assert abs(out["avg_jct_s"] / published - 1) < 0.05
+    assert out["avg_jct_s"] == pytest.approx(published, abs=0.5)  # in fact to 0.1 s
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """Six jobs of workload 1 (cifar10, ncf, deepspeech2, ...), on 2 nodes x 4 GPUs."""
+    with WORKLOAD_1.open() as f:
+        lines = f.readlines()
+    path = tmp_path / "tiny.csv"
+    path.write_text("".join(lines[:7]))
+    return path
+
+
+def test_the_simulator_calls_the_real_allocate(tiny, monkeypatch):
+    assert sim.allocate is policy.allocate
+    calls = []
+
+    def spy(jobs, devices, name, **kw):
+        jobs = list(jobs)
+        out = policy.allocate(jobs, devices, name, **kw)
+        calls.append((jobs, list(devices), name, kw, out))
+        return out
+
+    monkeypatch.setattr(sim, "allocate", spy)
+    sim.simulate(tiny, sim.Options(policy="fair-share", nodes=2))
+    assert calls and {c[2] for c in calls} == {"fair-share"}
+    jobs, devices, name, kw, out = calls[0]
+    assert [d.id for d in devices] == [f"n{n:02d}g{g}" for n in range(2) for g in range(4)]
+    assert out == policy.allocate(jobs, devices, name, **kw)
+    assert all(j.min_gpus == 1 and j.user == j.id for j in jobs)
+
+
+def test_policies_give_different_results(tiny):
+    results = {
+        p: sim.simulate(tiny, sim.Options(policy=p, nodes=2))["avg_jct_s"]
+        for p in ("static", "fair-share", "goodput")
+    }
+    assert len(set(results.values())) == 3
+    # priority without priorities in the workload is fair-share
+    same = sim.simulate(tiny, sim.Options(policy="priority", nodes=2))["avg_jct_s"]
+    assert same == results["fair-share"]
+
+
+@pytest.mark.parametrize("name", ["static", "tiresias", "fair-share", "goodput"])
+def test_json_output_is_complete_and_sane(tiny, capsys, name):
+    assert sim.main(["--policy", name, "--workload", str(tiny), "--nodes", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["policy"] == name and out["workload"] == str(tiny) and out["jobs"] == 6
+    assert 0 < out["avg_jct_s"] <= out["p99_jct_s"] <= out["max_jct_s"] <= out["makespan_s"]
+    assert 0 < out["gpu_utilization"] <= out["gpu_allocated"] <= 1
+    assert out["starts"] >= 6
+
+
+def test_rescale_cost_is_an_option_and_costs_time(tiny):
+    cheap = sim.simulate(tiny, sim.Options(policy="fair-share", nodes=2, rescale_cost=0.5))
+    dear = sim.simulate(tiny, sim.Options(policy="fair-share", nodes=2, rescale_cost=30.0))
+    assert cheap["rescales"] > 0
+    assert dear["avg_jct_s"] > cheap["avg_jct_s"]
