@@ -7,13 +7,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-# Events that carry training metrics. Every worker computes the same values (the reduction is
-# global), so rank 0's copy is the job's.
-METRIC_EVENTS = frozenset({"step", "epoch"})
+# Events that carry training metrics and progress. Every worker computes the same values (the
+# reduction is global), so rank 0's copy is the job's.
+METRIC_EVENTS = frozenset({"train_begin", "step", "epoch"})
 
 
 def metric_records(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The job's metric records among its workers' events: rank 0's step and epoch events."""
+    """The job's metric records among its workers' events: rank 0's train_begin, step and
+    epoch events."""
     return [
         {k: v for k, v in e.items() if k not in ("seq", "pid", "worker")}
         for e in events

@@ -22,6 +22,7 @@ from .archives import list_artifacts, open_artifact, safe_extract
 from .feed import EventFeed, Published
 from .logs import LogChunk, list_logs, read_log
 from .models import TERMINAL, JobSpec, JobState, SpecError
+from .progress import ProgressBook
 from .store import JobStore, UnknownJob
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class JobService:
         self.clock = clock
         self._schedule_lock = asyncio.Lock()
         self.feed = EventFeed(store)
+        self.progress = ProgressBook()
 
     # queries ------------------------------------------------------------------------------
 
@@ -217,6 +219,7 @@ class JobService:
         if job["devices"] or job["state"] in ("STARTING", "RUNNING"):
             await self.runner.cancel(job)
         self.store.set_state(job_id, JobState.CANCELLED, f"cancelled by {user}", now=self.clock())
+        self.progress.forget(job_id)
         self._notify()
         await self.reschedule()
         return self.store.get_job(job_id)
@@ -237,12 +240,15 @@ class JobService:
             self.store.set_state(job_id, JobState.RUNNING, "started", now=self.clock())
         state = JobState.SUCCEEDED if succeeded else JobState.FAILED
         self.store.set_state(job_id, state, reason, now=self.clock())
+        self.progress.forget(job_id)
         self._notify()
         await self.reschedule()
 
     def add_metrics(self, batches: dict[str, list[dict[str, Any]]]) -> None:
         """Record what jobs' workers reported, for many jobs at once (one transaction)."""
         self.store.add_metrics_many(batches, now=self.clock())
+        for job_id, records in batches.items():
+            self.progress.observe(job_id, records)
         self._notify()
 
     # restart ------------------------------------------------------------------------------
@@ -297,6 +303,7 @@ class JobService:
                 self.policy,
                 now=self.clock(),
                 min_rescale_interval=self.min_rescale_interval,
+                progress=self._progress_of(jobs),
             )
             by_id = {d.id: d for d in devices}
             for order in orders:
@@ -304,6 +311,16 @@ class JobService:
             if orders:
                 self._notify()
             return orders
+
+    def _progress_of(
+        self, jobs: Sequence[dict[str, Any]]
+    ) -> dict[str, tuple[float | None, dict[int, float]]]:
+        out = {}
+        for job in jobs:
+            known = self.progress.get(job["id"])
+            if known is not None:
+                out[job["id"]] = (known.remaining_steps, dict(known.steps_per_s))
+        return out
 
     async def _apply(self, order: Order, devices: Sequence[Device]) -> None:
         job_id, now = order.job_id, self.clock()

@@ -33,8 +33,14 @@ def plan(
     *,
     now: float,
     min_rescale_interval: float,
+    progress: Mapping[str, tuple[float | None, Mapping[int, float]]] | None = None,
 ) -> list[Order]:
-    """Orders that take the jobs from their current devices to the policy's target."""
+    """Orders that take the jobs from their current devices to the policy's target.
+
+    `progress` gives, per job, its remaining steps and its measured steps/s at each GPU count
+    (what the goodput policy uses; the others ignore it).
+    """
+    progress = progress or {}
     active = [j for j in jobs if j["state"] in SCHEDULED_STATES]
     demands = [
         JobDemand(
@@ -46,6 +52,8 @@ def plan(
             submitted=j["created"],
             current=tuple(j["devices"]),
             last_rescale=j["rescaled"],
+            remaining_steps=progress.get(j["id"], (None, {}))[0],
+            throughput=dict(progress.get(j["id"], (None, {}))[1]) or None,
         )
         for j in active
     ]

@@ -1,0 +1,58 @@
+"""What the goodput policy may know of a running job, learnt online from its metric records:
+how many optimizer steps remain, and how fast it steps at each GPU count it has run on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Weight of the newest step time in the running average: recent speed matters (a job's speed
+# changes with its placement), but one slow step (a rescale pause) must not swing it.
+EWMA = 0.2
+
+
+@dataclass
+class JobProgress:
+    total_steps: int | None = None
+    global_step: int = 0
+    steps_per_s: dict[int, float] = field(default_factory=dict)  # by GPU (worker) count
+
+    def observe(self, record: Mapping[str, Any]) -> None:
+        kind = record.get("type")
+        if kind == "train_begin":
+            epochs, per_epoch = record.get("epochs"), record.get("steps_per_epoch")
+            if isinstance(epochs, int) and isinstance(per_epoch, int):
+                self.total_steps = epochs * per_epoch
+            self.global_step = int(record.get("global_step", self.global_step))
+        elif kind == "step":
+            self.global_step = int(record["global_step"]) + 1
+            seconds, world = record.get("step_s"), record.get("world_size")
+            if isinstance(world, int) and isinstance(seconds, int | float) and seconds > 0:
+                rate = 1.0 / seconds
+                old = self.steps_per_s.get(world)
+                self.steps_per_s[world] = rate if old is None else (1 - EWMA) * old + EWMA * rate
+
+    @property
+    def remaining_steps(self) -> float | None:
+        if self.total_steps is None:
+            return None
+        return float(max(0, self.total_steps - self.global_step))
+
+
+class ProgressBook:
+    """Every running job's progress, fed with the metric records as they arrive."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobProgress] = {}
+
+    def observe(self, job_id: str, records: Iterable[Mapping[str, Any]]) -> None:
+        progress = self._jobs.setdefault(job_id, JobProgress())
+        for record in records:
+            progress.observe(record)
+
+    def get(self, job_id: str) -> JobProgress | None:
+        return self._jobs.get(job_id)
+
+    def forget(self, job_id: str) -> None:
+        self._jobs.pop(job_id, None)
