@@ -17,6 +17,8 @@ Reports (written by workers)
                         (``pause_s``, ``world_size``, ``resumed_step``).
   ``failed/<g>``        counter: a collective of generation ``g`` failed (dead or stuck peer).
   ``held/<step>/<worker>`` a worker has paused at ``hold``.
+  ``hb/<worker>``       counter a CUDA worker bumps every 0.25 s (NCCL never fails on a dead
+                        peer by itself, so survivors watch heartbeats; see ``group.py``).
   Events (loss, metrics, samples/s, world size, generation) go to per-worker JSON-lines files in
   the job's log directory (see ``events.py``).
 

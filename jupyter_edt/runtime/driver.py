@@ -111,9 +111,18 @@ class Driver:
         keep = [w for w in self.ctl.members if self.device_of[w]["id"] in wanted]
         held = {self.device_of[w]["id"] for w in keep}
         new = [d for d in devices if d["id"] not in held]
-        _, joiners = self.ctl.resize(keep, [device_env(d) for d in new], wait=False)
+        moving = not keep and bool(self.ctl.members)
+        # A job moved to all-new devices grows onto them first, so the joiners receive the
+        # state from the workers that then leave; otherwise nobody would hold it.
+        _, joiners = self.ctl.resize(
+            list(self.ctl.members) if moving else keep,
+            [device_env(d) for d in new],
+            wait=moving,
+        )
         for w, d in zip(joiners, new, strict=True):
             self.device_of[w] = d
+        if moving:
+            self.ctl.resize(joiners, [], wait=False)
         self._report()
 
     def _replace_dead(self) -> None:

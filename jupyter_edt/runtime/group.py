@@ -10,12 +10,41 @@ so on; the last active rank broadcasts the total. Because micro-batches are deal
 blocks, the floating-point additions happen in exactly the order of a one-device run, so the sum
 is bit-identical whatever the worker count. For two workers it moves the same bytes as a ring
 all-reduce.
+
+Devices and backends (decided per job: every worker of a job is of one kind):
+
+- A worker whose ``CUDA_VISIBLE_DEVICES`` names a GPU trains on ``cuda:0`` (the one device it
+  sees); one given a virtual device (the variable empty or unset) trains on the CPU. A plain
+  process uses CUDA when it is available unless ``Trainer(device=...)`` says otherwise. See
+  :func:`select_device`.
+- CPU workers form a ``gloo`` group, exactly as before. CUDA workers form one group with two
+  backends, ``cpu:gloo,cuda:nccl`` (:func:`select_backend`): a collective on a CUDA tensor goes
+  over NCCL, one on a CPU tensor over gloo. So the gradient chain and the device-resident part of
+  the training state travel GPU to GPU over NCCL, while the small control values (the cursor
+  agreement) and the pickled skeleton of the state stay on gloo, where a dead peer surfaces as
+  an error within the group's timeout. ``EDT_BACKEND`` overrides the choice (``gloo`` on a CUDA
+  worker stages CUDA tensors through host memory; handy when NCCL misbehaves).
+- NCCL work is asynchronous on the host, so after a step's reduction a CUDA worker waits for it
+  in :meth:`ElasticGroup.settle`: it polls a CUDA event, gives up after the group's timeout, and
+  meanwhile watches its peers' heartbeats (``hb/<worker>`` counters that a thread of each CUDA
+  worker bumps every ``HEARTBEAT_S`` through its own store connection). A peer silent for
+  ``STALE_S`` is dead: the step fails then rather than at the timeout (a dead peer never makes
+  an NCCL kernel fail on its own; on one machine recovery takes about STALE_S plus a re-form).
+  The NCCL communicator is then aborted, not destroyed (destroying waits for peers that will
+  never come), and the next generation builds a new one under a new store prefix.
+- The worker owns this failure handling, so it sets ``TORCH_NCCL_ASYNC_ERROR_HANDLING=0``, as
+  torch asks of ``_abort_process_group`` users: 1 and 3 (the default) would kill a survivor
+  whose peer died, and 2 would abort the communicator behind its back, after which the failed
+  step's kernels end and the event reports "done" over garbage. With 0 a failed NCCL step never
+  completes by itself, so "done" means "valid". Not covered: a peer dying inside the creation of
+  a generation's NCCL communicator (a blocking call of some 100 ms during a re-form).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,8 +53,92 @@ import torch
 import torch.distributed as dist
 
 from . import control as keys
+from .state import recv_state, send_state
 
-__all__ = ["ElasticGroup", "GroupError", "JobContext", "LeaveJob", "SoloGroup"]
+__all__ = [
+    "ElasticGroup",
+    "GroupError",
+    "JobContext",
+    "LeaveJob",
+    "SoloGroup",
+    "names_gpu",
+    "select_backend",
+    "select_device",
+]
+
+HEARTBEAT_S = 0.25  # how often a CUDA worker bumps its heartbeat counter
+STALE_S = 2.0  # a peer whose counter has not moved for this long is dead
+
+
+def heartbeat_key(worker: str) -> str:
+    return f"hb/{worker}"
+
+
+def names_gpu(visible: str | None) -> bool:
+    """Whether a ``CUDA_VISIBLE_DEVICES`` value names at least one GPU.
+
+    Unset, empty, or starting with a negative index ("-1" hides every GPU) names none.
+    """
+    if visible is None:
+        return False
+    first = visible.split(",")[0].strip()
+    return bool(first) and not first.startswith("-")
+
+
+def select_device(
+    requested: str | torch.device = "auto",
+    *,
+    in_job: bool,
+    visible: str | None,
+    cuda_available: bool,
+) -> str:
+    """The device to train on, from the request, the environment and CUDA's availability.
+
+    In a job worker the allocation decides: ``cuda:0`` (the one visible GPU) when
+    ``CUDA_VISIBLE_DEVICES`` names a GPU, else ``cpu``; ``requested="cpu"`` forces the CPU, any
+    other request follows the allocation. In a plain process ``"auto"`` means ``cuda`` when
+    available, else ``cpu``, and an explicit request is taken as it is.
+    """
+    req = str(requested)
+    if req != "auto":
+        try:
+            dev = torch.device(req)
+        except RuntimeError as e:
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:n]', got {req!r}") from e
+        if dev.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:n]', got {req!r}")
+        if dev.type == "cpu":
+            return "cpu"
+        if not in_job:
+            if not cuda_available:
+                raise ValueError(f"device={req!r} but CUDA is not available in this process")
+            return str(dev)
+    if in_job:
+        if not names_gpu(visible):
+            return "cpu"
+        if not cuda_available:
+            raise RuntimeError(
+                f"CUDA_VISIBLE_DEVICES={visible!r} gives this worker a GPU, but "
+                "torch.cuda.is_available() is False (a CPU-only torch, or a driver problem)"
+            )
+        return "cuda:0"
+    return "cuda" if cuda_available else "cpu"
+
+
+def select_backend(device_type: str, override: str | None = None) -> str:
+    """The torch.distributed backend of a job whose workers train on ``device_type``.
+
+    ``gloo`` for CPU workers; ``cpu:gloo,cuda:nccl`` for CUDA workers (NCCL carries CUDA
+    tensors, gloo the CPU control values). ``override`` (``EDT_BACKEND``): ``gloo`` forces gloo
+    for everything, ``nccl`` means the CUDA default, anything else is used as it is.
+    """
+    if not override:
+        return "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
+    if override == "nccl":
+        if device_type != "cuda":
+            raise ValueError("EDT_BACKEND=nccl needs a CUDA device; this worker has none")
+        return "cpu:gloo,cuda:nccl"
+    return override
 
 
 class GroupError(RuntimeError):
@@ -47,7 +160,7 @@ class JobContext:
     log_dir: str | None
     timeout_s: float = 30.0
     join_timeout_s: float = 300.0
-    backend: str = "gloo"
+    backend: str | None = None  # None: chosen from the device (see select_backend)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> JobContext | None:
@@ -64,7 +177,7 @@ class JobContext:
             log_dir=env.get("EDT_LOG_DIR"),
             timeout_s=float(env.get("EDT_TIMEOUT_S", "30")),
             join_timeout_s=float(env.get("EDT_JOIN_TIMEOUT_S", "300")),
-            backend=env.get("EDT_BACKEND", "gloo"),
+            backend=env.get("EDT_BACKEND") or None,
         )
 
 
@@ -74,7 +187,8 @@ class _Reducer:
     rank = 0
     world_size = 1
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
         self._tmp: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
     def _buffer(self, like: torch.Tensor) -> torch.Tensor:
@@ -111,7 +225,7 @@ class _Reducer:
         acc: torch.Tensor | None = None
         if rank < active:
             if rank > 0:
-                acc = torch.empty(aux_size, dtype=torch.float64)
+                acc = torch.empty(aux_size, dtype=torch.float64, device=self.device)
                 self._recv(acc, rank - 1)
                 if flat is not None:
                     incoming = self._buffer(flat)
@@ -127,7 +241,7 @@ class _Reducer:
                 if flat is not None:
                     self._send(flat, rank + 1)
         if acc is None:
-            acc = torch.empty(aux_size, dtype=torch.float64)
+            acc = torch.empty(aux_size, dtype=torch.float64, device=self.device)
         if self.world_size > 1:
             self._broadcast(acc, last)
             if flat is not None:
@@ -151,9 +265,13 @@ class SoloGroup(_Reducer):
     members = ("solo",)
     worker_id = "solo"
     elastic = False
+    backend = None
 
     def control(self) -> dict[str, int]:
         return {"gen": 1, "hold": -1, "ckpt": 0}
+
+    def close(self) -> None:
+        pass
 
 
 class ElasticGroup(_Reducer):
@@ -161,22 +279,48 @@ class ElasticGroup(_Reducer):
 
     elastic = True
 
-    def __init__(self, ctx: JobContext) -> None:
-        super().__init__()
+    def __init__(self, ctx: JobContext, device: torch.device | str = "cpu") -> None:
+        super().__init__(device)
         self.ctx = ctx
         self.worker_id = ctx.worker_id
         self.timeout = timedelta(seconds=ctx.timeout_s)
-        self.store = dist.TCPStore(
-            ctx.store_host,
-            ctx.store_port,
-            is_master=False,
-            timeout=timedelta(seconds=ctx.join_timeout_s),
-            wait_for_workers=False,
-        )
+        self.backend = select_backend(self.device.type, ctx.backend)
+        # NCCL carries this worker's CUDA tensors; otherwise they are staged through the host
+        self.cuda_comm = self.device.type == "cuda" and "nccl" in self.backend
+        self.store = self._connect()
         self.generation = 0
         self.members: tuple[str, ...] = ()
         self.rank = -1
         self.world_size = 0
+        self._beats: dict[str, tuple[int, float]] = {}
+        self._stop = threading.Event()
+        self._heart: threading.Thread | None = None
+        if self.cuda_comm:
+            # failures are handled here (settle, destroy); see the module's docstring
+            os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
+            self._heart = threading.Thread(target=self._beat, name="edt-heartbeat", daemon=True)
+            self._heart.start()
+
+    def _connect(self) -> dist.TCPStore:
+        return dist.TCPStore(
+            self.ctx.store_host,
+            self.ctx.store_port,
+            is_master=False,
+            timeout=timedelta(seconds=self.ctx.join_timeout_s),
+            wait_for_workers=False,
+        )
+
+    def _beat(self) -> None:
+        """Bump ``hb/<worker>`` every HEARTBEAT_S on a connection of its own (the main thread
+        may block on the store, e.g. in :meth:`hold`)."""
+        try:
+            store = self._connect()
+            key = heartbeat_key(self.worker_id)
+            store.add(key, 1)
+            while not self._stop.wait(HEARTBEAT_S):
+                store.add(key, 1)
+        except (RuntimeError, OSError):  # the controller's store is gone: the job is over
+            return
 
     # -- control plane -------------------------------------------------------------------------
     def control(self) -> dict[str, int]:
@@ -227,21 +371,53 @@ class ElasticGroup(_Reducer):
         self.rank, self.world_size = members.index(self.worker_id), len(members)
         self.guard(
             dist.init_process_group,
-            self.ctx.backend,
+            self.backend,
             store=dist.PrefixStore(f"g{generation}/", self.store),
             rank=self.rank,
             world_size=self.world_size,
             timeout=self.timeout,
         )
+        if self.cuda_comm:
+            self._start_nccl()
+
+    def _start_nccl(self) -> None:
+        """Create the generation's NCCL communicator now, inside the pause, with one
+        all-reduce of every rank (batched point-to-point calls may then involve only some)."""
+        try:  # NCCL's watchdog only reports; keep its timeout longer than settle()'s
+            nccl = dist.group.WORLD._get_backend(torch.device("cuda"))  # type: ignore[union-attr]
+            nccl._set_default_timeout(timedelta(seconds=2 * self.ctx.timeout_s + 10))
+        except (AttributeError, RuntimeError):
+            pass
+        probe = torch.ones(1, device=self.device)
+        self.guard(dist.all_reduce, probe)
+        self.settle()
 
     def members_of(self, generation: int) -> tuple[str, ...]:
         """The target worker set of ``generation``, in rank order."""
         return tuple(json.loads(self.store.get(keys.members_key(generation))))
 
     def destroy(self) -> None:
-        """Close the current group's connections, which also wakes peers blocked on them."""
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        """Close the current group's connections, which also wakes peers blocked on them.
+
+        An NCCL communicator is aborted: that never waits for peers (a dead one would make
+        destroying it hang) and it ends any kernel still waiting for one.
+        """
+        if not dist.is_initialized():
+            return
+        abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+        if self.cuda_comm and abort is not None:
+            try:
+                abort()
+                return
+            except (RuntimeError, ValueError):
+                if not dist.is_initialized():
+                    return
+        dist.destroy_process_group()
+
+    def close(self) -> None:
+        """Leave the group for good and stop the heartbeat."""
+        self._stop.set()
+        self.destroy()
 
     def all_gather_ints(self, values: list[int]) -> list[list[int]]:
         """Every rank's small integer vector (used to agree on cursors when re-forming)."""
@@ -254,14 +430,95 @@ class ElasticGroup(_Reducer):
         """Call a collective; any failure (dead peer, timeout) becomes a GroupError."""
         try:
             return fn(*args, **kwargs)
+        except GroupError:
+            raise
         except (RuntimeError, ValueError) as e:  # DistError subclasses RuntimeError
             raise GroupError(str(e)) from e
 
+    def reduce(self, *args, **kwargs) -> torch.Tensor:  # type: ignore[no-untyped-def]
+        total = super().reduce(*args, **kwargs)
+        self.settle()
+        return total
+
+    def send_state(self, state: object, dst: int) -> int:
+        """Send the training state to rank ``dst``: CUDA tensors over NCCL when the group has
+        it, everything else (and everything on a gloo group) from host memory over gloo."""
+        if self.cuda_comm:
+            return self.guard(send_state, state, dst, on_device=True, settle=self.settle)
+        return self.guard(send_state, state, dst)
+
+    def recv_state(self, src: int) -> object:
+        """Receive a state sent by :meth:`send_state`; device tensors land on this device."""
+        if self.cuda_comm:
+            return self.guard(recv_state, src, device=self.device, settle=self.settle)
+        return self.guard(recv_state, src)
+
+    def settle(self) -> None:
+        """Wait, boundedly, until the NCCL work enqueued so far has finished.
+
+        Raises GroupError after the group's timeout, or as soon as a peer's heartbeat has been
+        still for STALE_S. A no-op on a gloo group, whose calls return only once done.
+        """
+        if not self.cuda_comm:
+            return
+        done = torch.cuda.Event()
+        done.record()
+        now = time.monotonic()
+        deadline, next_check, delay = now + self.ctx.timeout_s, now + HEARTBEAT_S, 2e-5
+        while not done.query():
+            now = time.monotonic()
+            if now > deadline:
+                raise GroupError(
+                    f"NCCL work of generation {self.generation} did not finish within "
+                    f"{self.ctx.timeout_s:g} s"
+                )
+            if now >= next_check:
+                self._check_peers(now)
+                next_check = now + HEARTBEAT_S
+            time.sleep(delay)  # a bounded poll of the event; the deadline above ends it
+            delay = min(2 * delay, 1e-3)
+
+    def _check_peers(self, now: float) -> None:
+        for w in self.members:
+            if w == self.worker_id:
+                continue
+            beat = int(self.store.add(heartbeat_key(w), 0))
+            seen = self._beats.get(w)
+            if seen is None or seen[0] != beat:
+                self._beats[w] = (beat, now)
+            elif now - seen[1] > STALE_S:
+                raise GroupError(f"worker {w} stopped: no heartbeat for {now - seen[1]:.1f} s")
+
+    def _staged(self, t: torch.Tensor) -> bool:
+        """A CUDA tensor on a group without NCCL travels through a host copy."""
+        return t.device.type != "cpu" and not self.cuda_comm
+
     def _send(self, t: torch.Tensor, dst: int) -> None:
-        self.guard(dist.send, t, dst)
+        if self.cuda_comm and t.is_cuda:
+            self._p2p(dist.isend, t, dst)
+        else:
+            self.guard(dist.send, t.cpu() if self._staged(t) else t, dst)
 
     def _recv(self, t: torch.Tensor, src: int) -> None:
-        self.guard(dist.recv, t, src)
+        if self.cuda_comm and t.is_cuda:
+            self._p2p(dist.irecv, t, src)
+        elif self._staged(t):
+            host = torch.empty(t.shape, dtype=t.dtype)
+            self.guard(dist.recv, host, src)
+            t.copy_(host)
+        else:
+            self.guard(dist.recv, t, src)
+
+    def _p2p(self, op, t: torch.Tensor, peer: int) -> None:  # type: ignore[no-untyped-def]
+        # batched, so that NCCL uses the generation's communicator instead of building one
+        # per pair of ranks; wait() only orders the current stream after it
+        for work in self.guard(dist.batch_isend_irecv, [dist.P2POp(op, t, peer)]):
+            work.wait()
 
     def _broadcast(self, t: torch.Tensor, src: int) -> None:
-        self.guard(dist.broadcast, t, src)
+        if self._staged(t):
+            host = t.cpu()
+            self.guard(dist.broadcast, host, src)
+            t.copy_(host)
+        else:
+            self.guard(dist.broadcast, t, src)

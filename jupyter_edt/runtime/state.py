@@ -5,13 +5,26 @@ scheduler ``state_dict``s, the data cursor and the RNG). To move it to a joiner 
 disk it is split into a small pickled skeleton and its tensors, which travel one by one as raw
 bytes over point-to-point messages of the process group: no copy into one big buffer on the
 sender, one allocation per tensor on the receiver.
+
+On a CUDA job (``on_device=True``) the tensors that live on the GPU travel GPU to GPU over
+NCCL, in one batch of point-to-point calls on the generation's communicator; the skeleton and the
+host tensors (RNG states, Adam's step counters) go over gloo. (The alternative, staging
+everything through host memory over gloo, which ``EDT_BACKEND=gloo`` selects, moves about
+0.8 GB/s on loopback: 0.12 s for 100 MB on the 2-core dev machine, plus the device copies; NCCL
+moves the same over NVLink in milliseconds, which matters from a few hundred MB of Adam state.)
+Checkpoints are always written
+with host tensors (:func:`to_cpu`) and read with ``map_location="cpu"``; ``load_state_dict``
+then puts each tensor where its module or optimizer lives, so a job saved on GPUs resumes on
+CPUs and the other way round.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +39,7 @@ __all__ = [
     "recv_state",
     "save_checkpoint",
     "send_state",
+    "to_cpu",
     "unflatten",
 ]
 
@@ -71,40 +85,106 @@ def unflatten(skeleton: Any, tensors: list[torch.Tensor]) -> Any:
     return skeleton
 
 
+def _on_device(t: torch.Tensor) -> bool:
+    return t.device.type != "cpu"
+
+
 def _as_bytes(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().reshape(-1).view(torch.uint8)
 
 
-def send_state(state: Any, dst: int) -> int:
-    """Send ``state`` to rank ``dst`` of the current group; returns the bytes sent."""
+def send_state(
+    state: Any,
+    dst: int,
+    *,
+    on_device: bool = False,
+    settle: Callable[[], None] | None = None,
+) -> int:
+    """Send ``state`` to rank ``dst`` of the current group; returns the bytes sent.
+
+    With ``on_device``, tensors not on the CPU are sent as they are (over the group's device
+    backend, batched) and ``settle`` is called once they are under way; the rest go from host
+    memory, each as it comes.
+    """
     skeleton, tensors = flatten(state)
-    meta = [(tuple(t.shape), t.dtype) for t in tensors]
+    device_side = [on_device and _on_device(t) for t in tensors]
+    meta = [(tuple(t.shape), t.dtype, d) for t, d in zip(tensors, device_side, strict=True)]
     blob = pickle.dumps((skeleton, meta))
     dist.send(torch.tensor([len(blob)], dtype=torch.int64), dst)
     dist.send(torch.frombuffer(bytearray(blob), dtype=torch.uint8), dst)
     sent = len(blob)
-    for t in tensors:
+    ops = []
+    for t, d in zip(tensors, device_side, strict=True):
         if t.numel():
-            data = _as_bytes(t.cpu())
-            dist.send(data, dst)
+            data = _as_bytes(t if d else t.cpu())
+            if d:
+                ops.append(dist.P2POp(dist.isend, data, dst))
+            else:
+                dist.send(data, dst)
             sent += data.numel()
+    _run_batch(ops, settle)
     return sent
 
 
-def recv_state(src: int) -> Any:
-    """Receive a state sent by :func:`send_state` from rank ``src``."""
+def recv_state(
+    src: int,
+    *,
+    device: torch.device | str | None = None,
+    settle: Callable[[], None] | None = None,
+) -> Any:
+    """Receive a state sent by :func:`send_state` from rank ``src``; tensors the sender sent
+    from its device land on ``device``."""
     size = torch.zeros(1, dtype=torch.int64)
     dist.recv(size, src)
     blob = torch.empty(int(size.item()), dtype=torch.uint8)
     dist.recv(blob, src)
     skeleton, meta = pickle.loads(blob.numpy().tobytes())
-    tensors = []
-    for shape, dtype in meta:
-        t = torch.empty(shape, dtype=dtype)
+    tensors, ops = [], []
+    for shape, dtype, d in meta:
+        t = torch.empty(shape, dtype=dtype, device=device if d else "cpu")
         if t.numel():
-            dist.recv(_as_bytes(t), src)
+            if d:
+                ops.append(dist.P2POp(dist.irecv, _as_bytes(t), src))
+            else:
+                dist.recv(_as_bytes(t), src)
         tensors.append(t)
+    _run_batch(ops, settle)
     return unflatten(skeleton, tensors)
+
+
+def _run_batch(ops: list[Any], settle: Callable[[], None] | None) -> None:
+    if not ops:
+        return
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()  # orders the current stream after the transfer
+    if settle is not None:
+        settle()
+
+
+def to_cpu(obj: Any) -> Any:
+    """``obj`` with every tensor copied to host memory (the same object when all already are).
+
+    Keeps dict types and a state dict's ``_metadata``, so ``load_state_dict`` reads it as usual.
+    """
+    _, tensors = flatten(obj)
+    if all(t.device.type == "cpu" for t in tensors):
+        return obj
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.detach().cpu()
+        if isinstance(x, dict):
+            out = copy.copy(x)  # same type and attributes (a state dict's _metadata)
+            for k, v in x.items():
+                out[k] = walk(v)
+            return out
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, tuple):
+            return tuple(walk(v) for v in x)
+        return x
+
+    return walk(obj)
 
 
 def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:

@@ -20,6 +20,13 @@ Rules the user relies on:
   they do not depend on placement. With one micro-batch per step this is plain PyTorch.
 - ``lr_scheduler`` steps once per epoch. Callbacks run on every worker (``trainer.rank`` tells
   which); their own state is not moved to joiners.
+- ``device`` (default ``"auto"``): in a job the allocation decides (the worker's one GPU, or the
+  CPU for a virtual device); in a plain process CUDA when available. The model moves there when
+  the trainer is built; batches, loss and metrics are computed there. See
+  ``group.select_device``.
+- Options given at submission (``%%edt_submit --epochs 3 --effective-batch-size 64
+  --checkpoint-every 2``) reach the job as ``EDT_EPOCHS``, ``EDT_EFFECTIVE_BATCH_SIZE`` and
+  ``EDT_CHECKPOINT_EVERY`` and win over ``fit``'s arguments (:func:`env_overrides`).
 """
 
 from __future__ import annotations
@@ -36,10 +43,17 @@ from torch.utils.data import Dataset, IterableDataset, default_collate
 
 from . import partition as part
 from .events import EventLog
-from .group import ElasticGroup, GroupError, JobContext, LeaveJob, SoloGroup
-from .state import atomic_save, latest_checkpoint, save_checkpoint
+from .group import ElasticGroup, GroupError, JobContext, LeaveJob, SoloGroup, select_device
+from .state import atomic_save, latest_checkpoint, save_checkpoint, to_cpu
 
-__all__ = ["Callback", "Trainer"]
+__all__ = ["Callback", "Trainer", "env_overrides", "resolve_device"]
+
+# fit() argument -> (environment variable, lowest allowed value)
+ENV_OPTIONS = {
+    "epochs": ("EDT_EPOCHS", 1),
+    "effective_batch_size": ("EDT_EFFECTIVE_BATCH_SIZE", 1),
+    "checkpoint_every": ("EDT_CHECKPOINT_EVERY", 0),
+}
 
 MetricFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor | float]
 
@@ -91,6 +105,43 @@ def check_fit_args(
     return micro_batch_size
 
 
+def env_overrides(env: Mapping[str, str], **given: int) -> tuple[dict[str, int], list[str]]:
+    """``fit``'s options after the submission-time overrides in ``env``, and one log line per
+    override. Precedence: option given at submission > value in the code > default.
+
+    Raises ValueError naming the variable when a value is not a whole number within range.
+    """
+    values, notes = dict(given), []
+    for name, (var, low) in ENV_OPTIONS.items():
+        raw = env.get(var)
+        if raw is None or name not in given:
+            continue
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            rule = "a positive integer" if low == 1 else f"an integer >= {low}"
+            raise ValueError(f"{var} must be {rule}, got {raw!r}")
+        values[name] = value
+        notes.append(f"{name}={value} from {var} overrides fit({name}={given[name]!r})")
+    return values, notes
+
+
+def resolve_device(requested: str | torch.device = "auto") -> torch.device:
+    """The device this process trains on (see ``group.select_device``)."""
+    name = select_device(
+        requested,
+        in_job="EDT_STORE" in os.environ,
+        visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        cuda_available=torch.cuda.is_available(),
+    )
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def _check_dataset(name: str, ds: object) -> Dataset[Any]:
     if not isinstance(ds, Dataset) or isinstance(ds, IterableDataset):
         raise ValueError(
@@ -120,6 +171,7 @@ class Trainer:
         lr_scheduler: Any = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         callbacks: Sequence[Callback] | None = None,
+        device: str | torch.device = "auto",
     ) -> None:
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -129,7 +181,10 @@ class Trainer:
             raise ValueError("loss_fn must be callable as loss_fn(output, target)")
         if not isinstance(optimizer, torch.optim.Optimizer) and not callable(optimizer):
             raise ValueError("optimizer must be a torch.optim.Optimizer or a factory of one")
-        self.model = model
+        self.device = resolve_device(device)
+        if self.device.type == "cuda" and "EDT_STORE" in os.environ:
+            torch.cuda.set_device(self.device)  # a worker's one GPU; NCCL wants it current
+        self.model = model.to(self.device)
         self.datasets_fn = datasets
         self.loss_fn = loss_fn
         self.optimizer = (
@@ -176,6 +231,9 @@ class Trainer:
                 "ckpt_seen": self.ckpt_seen,
             },
             "rng": torch.get_rng_state(),
+            "cuda_rng": (
+                torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+            ),
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -187,7 +245,10 @@ class Trainer:
         c = state["cursor"]
         self.epoch, self.step = int(c["epoch"]), int(c["step"])
         self.global_step, self.ckpt_seen = int(c["global_step"]), int(c["ckpt_seen"])
-        torch.set_rng_state(state["rng"])
+        torch.set_rng_state(state["rng"].cpu())
+        cuda_rng = state.get("cuda_rng")
+        if cuda_rng is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(cuda_rng.cpu(), self.device)
 
     # -- fit -----------------------------------------------------------------------------------
     def fit(
@@ -204,8 +265,27 @@ class Trainer:
         """Train for ``epochs`` epochs; returns per-step and per-epoch metrics.
 
         ``checkpoint_every`` is in epochs (0: none) and ``validate_every`` too. In a job, a
-        worker dropped by a shrink exits here with status 0.
+        worker dropped by a shrink exits here with status 0. ``EDT_EPOCHS``,
+        ``EDT_EFFECTIVE_BATCH_SIZE`` and ``EDT_CHECKPOINT_EVERY``, when set, win over the
+        arguments of the same name.
         """
+        opts, notes = env_overrides(
+            os.environ,
+            epochs=epochs,
+            effective_batch_size=effective_batch_size,
+            checkpoint_every=checkpoint_every,
+        )
+        epochs, checkpoint_every = opts["epochs"], opts["checkpoint_every"]
+        if (
+            micro_batch_size is not None
+            and effective_batch_size != opts["effective_batch_size"]
+            and micro_batch_size > opts["effective_batch_size"]
+        ):
+            raise ValueError(
+                f"micro_batch_size ({micro_batch_size}) must not exceed effective_batch_size "
+                f"({opts['effective_batch_size']}, from EDT_EFFECTIVE_BATCH_SIZE)"
+            )
+        effective_batch_size = opts["effective_batch_size"]
         self.micro_batch_size = check_fit_args(
             epochs,
             effective_batch_size,
@@ -228,8 +308,12 @@ class Trainer:
         ctx = JobContext.from_env()
         result = result_dir or (ctx.result_dir if ctx else None)
         self.result_dir = Path(result) if result else None
-        self.group: ElasticGroup | SoloGroup = ElasticGroup(ctx) if ctx else SoloGroup()
+        self.group: ElasticGroup | SoloGroup = (
+            ElasticGroup(ctx, self.device) if ctx else SoloGroup(self.device)
+        )
         self.events = EventLog(ctx.log_dir if ctx else None, self.group.worker_id)
+        for note in notes:
+            self.events.info(note)
         self._setup_grads()
         try:
             self._run()
@@ -237,8 +321,7 @@ class Trainer:
             self.left = True
             self.events.emit("left", generation=self.group.generation)
         finally:
-            if isinstance(self.group, ElasticGroup):
-                self.group.destroy()
+            self.group.close()
             self.events.close()
         if self.left:
             raise SystemExit(0)
@@ -273,10 +356,19 @@ class Trainer:
             self._form(gen, members, time.monotonic())
         else:
             self._resume_from_disk()
-        self._emit("train_begin", epoch=self.epoch, global_step=self.global_step)
+        steps = part.steps_per_epoch(len(self.train_ds), self.batch_size)  # type: ignore[arg-type]
+        self._emit(
+            "train_begin",
+            epoch=self.epoch,
+            global_step=self.global_step,
+            epochs=self.epochs,
+            effective_batch_size=self.batch_size,
+            micro_batch_size=self.micro_batch_size,
+            steps_per_epoch=steps,
+            device=str(self.device),
+        )
         for cb in self.callbacks:
             cb.on_train_begin()
-        steps = part.steps_per_epoch(len(self.train_ds), self.batch_size)  # type: ignore[arg-type]
         perm_epoch, perm = -1, []
         held = -1
         while self.epoch < self.epochs:
@@ -332,10 +424,11 @@ class Trainer:
             out, target, loss = self._forward(mbs[j], self.train_ds)
             (loss * weight).backward()
             self._check_grads()
-            aux = torch.empty(self.aux_size, dtype=torch.float64)
+            aux = torch.empty(self.aux_size, dtype=torch.float64, device=self.device)
             aux[0] = loss.detach().double() * weight
             for i, fn in enumerate(self.metrics.values()):
-                aux[1 + i] = torch.as_tensor(fn(out.detach(), target)).double() * weight
+                value = torch.as_tensor(fn(out.detach(), target), device=self.device)
+                aux[1 + i] = value.double() * weight
             if self.buffers:
                 flat_b = torch.cat([b.detach().double().reshape(-1) for b in self.buffers])
                 aux[1 + self.n_metrics : self.n_sum] = flat_b * weight
@@ -347,17 +440,21 @@ class Trainer:
     def _seed(self, seed: int) -> None:
         # torch.manual_seed also walks every accelerator backend (~1 ms); seed what is used.
         torch.default_generator.manual_seed(seed)
-        if self.flat.device.type == "cuda":
-            torch.cuda.manual_seed(seed)
+        if self.device.type == "cuda":
+            with torch.cuda.device(self.device):
+                torch.cuda.manual_seed(seed)
 
     def _forward(
         self, indices: list[int], ds: Dataset[Any]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         data = self.collate_fn([ds[i] for i in indices])
         *inputs, target = data
-        device = self.flat.device
-        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
-        target = target.to(device) if isinstance(target, torch.Tensor) else target
+        device = self.device
+        inputs = [
+            x.to(device, non_blocking=True) if isinstance(x, torch.Tensor) else x for x in inputs
+        ]
+        if isinstance(target, torch.Tensor):
+            target = target.to(device, non_blocking=True)
         out = self.model(*inputs)
         return out, target, self.loss_fn(out, target)
 
@@ -371,6 +468,7 @@ class Trainer:
                 p.grad = view
 
     def _commit(self, tot: torch.Tensor, t0: float) -> None:
+        host = tot.cpu()  # one copy to the host per step (the same tensor on a CPU worker)
         self.optimizer.step()
         if self.buffers:
             flat_b = tot[1 + self.n_metrics : self.n_sum]
@@ -379,13 +477,13 @@ class Trainer:
                 vals = flat_b[off : off + b.numel()].view_as(b)
                 b.copy_(vals if b.is_floating_point() else vals.round())
                 off += b.numel()
-        loss = float(tot[0])
+        loss = float(host[0])
         logs: dict[str, Any] = {
             "epoch": self.epoch,
             "step": self.step,
             "global_step": self.global_step,
             "loss": loss,
-            **{k: float(tot[1 + i]) for i, k in enumerate(self.metrics)},
+            **{k: float(host[1 + i]) for i, k in enumerate(self.metrics)},
         }
         elapsed = time.monotonic() - t0
         batch = min(self.batch_size, len(self.train_ds) - self.step * self.batch_size)  # type: ignore[arg-type]
@@ -402,11 +500,11 @@ class Trainer:
         )
         for cb in self.callbacks:
             cb.on_step_end(logs["step"], logs)
-        agreed_ckpt = int(tot[self.n_sum + 1])
+        agreed_ckpt = int(host[self.n_sum + 1])
         if agreed_ckpt > self.ckpt_seen:
             self.ckpt_seen = agreed_ckpt
             self._checkpoint("request")
-        agreed_gen = int(tot[self.n_sum])
+        agreed_gen = int(host[self.n_sum])
         if agreed_gen > self.generation:
             assert isinstance(self.group, ElasticGroup)
             t_end = time.monotonic()
@@ -444,14 +542,15 @@ class Trainer:
                 self._seed(part.micro_batch_seed(self.seed, self.epoch, -1, j))
                 out, target, loss = self._forward(mbs[j], self.test_ds)
                 k = len(mbs[j])
-                aux = torch.empty(size, dtype=torch.float64)
+                aux = torch.empty(size, dtype=torch.float64, device=self.device)
                 aux[0] = loss.double() * k
                 for i, fn in enumerate(self.metrics.values()):
-                    aux[1 + i] = torch.as_tensor(fn(out, target)).double() * k
+                    aux[1 + i] = torch.as_tensor(fn(out, target), device=self.device).double() * k
                 aux[-1] = k
                 parts.append(aux)
         self.model.train()
         tot = self.group.reduce(min(self.world_size, len(mbs)), None, [], parts, size, size)
+        tot = tot.cpu()
         res = {"val_loss": float(tot[0] / tot[-1])}
         res.update({f"val_{k}": float(tot[1 + i] / tot[-1]) for i, k in enumerate(self.metrics)})
         return res
@@ -459,13 +558,14 @@ class Trainer:
     def _checkpoint(self, reason: str) -> None:
         if self.rank != 0 or self.result_dir is None:
             return
-        path = save_checkpoint(self.state(), self.result_dir / "checkpoint")
+        path = save_checkpoint(to_cpu(self.state()), self.result_dir / "checkpoint")
         self._emit("checkpoint", path=str(path), reason=reason, global_step=self.global_step)
 
     def _finish(self, logs: dict[str, Any]) -> None:
         if self.rank == 0 and self.result_dir is not None:
             path = atomic_save(
-                self.model.state_dict(), self.result_dir / "model" / "model_epoch_final.pth"
+                to_cpu(self.model.state_dict()),
+                self.result_dir / "model" / "model_epoch_final.pth",
             )
             self._emit("model_saved", path=str(path))
         self._emit("train_end", global_step=self.global_step)
@@ -478,15 +578,15 @@ class Trainer:
         path = latest_checkpoint(self.result_dir / "checkpoint")
         if path is None:
             return False
-        self.load_state(torch.load(path, weights_only=False))
+        # host tensors: load_state_dict puts them on this device (and Adam's step counters and
+        # the RNG states must stay on the host anyway)
+        self.load_state(torch.load(path, map_location="cpu", weights_only=False))
         self._emit("resumed", path=str(path), global_step=self.global_step)
         return True
 
     # -- elastic membership --------------------------------------------------------------------
     def _form(self, gen: int, members: tuple[str, ...], t_start: float) -> None:
         """Join generation ``gen`` and make every member's state equal the most advanced one."""
-        from .state import recv_state, send_state
-
         g = self.group
         assert isinstance(g, ElasticGroup)
         while True:
@@ -509,9 +609,9 @@ class Trainer:
                 if self.rank == src:
                     state = self.state()
                     for r in receivers:
-                        sent += g.guard(send_state, state, r)
+                        sent += g.send_state(state, r)
                 elif self.rank in receivers:
-                    self.load_state(g.guard(recv_state, src))
+                    self.load_state(g.recv_state(src))  # type: ignore[arg-type]
                     self.flat.zero_()
                 self._has_state = True
                 break
@@ -530,6 +630,7 @@ class Trainer:
             "receivers": receivers,
             "bytes_sent": sent,
             "global_step": self.global_step,
+            "backend": g.backend,
         }
         self._emit("generation", **info)
         if self.rank == 0:

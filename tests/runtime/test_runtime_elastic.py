@@ -19,6 +19,7 @@ PROGRAM = str(Path(__file__).parent / "programs" / "tiny.py")
 N_TRAIN, BATCH, EPOCHS = 56, 12, 3  # 5 steps an epoch, the last a partial batch of 8
 STEPS = part.steps_per_epoch(N_TRAIN, BATCH)
 ARGS = ["--epochs", str(EPOCHS), "--batch", str(BATCH), "--micro", "3"]
+CPU = {"CUDA_VISIBLE_DEVICES": ""}  # virtual devices: CPU and gloo, also on a GPU machine
 
 
 def _steps(events: list[dict[str, Any]], worker: str) -> list[dict[str, Any]]:
@@ -38,7 +39,7 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The same job on one fixed worker."""
     out = tmp_path_factory.mktemp("ref")
-    with LocalController([PROGRAM, *ARGS], out, timeout_s=10) as ctl:
+    with LocalController([PROGRAM, *ARGS], out, timeout_s=10, env=CPU) as ctl:
         ctl.start(1)
         assert ctl.wait(180) == {"w0": 0}
         events = ctl.events()
@@ -55,7 +56,9 @@ def test_elastic_1_3_2_1_with_a_kill_equals_the_fixed_run(
 ) -> None:
     record = tmp_path / "served"
     record.mkdir()
-    with LocalController([PROGRAM, *ARGS, "--record", str(record)], tmp_path, timeout_s=10) as ctl:
+    with LocalController(
+        [PROGRAM, *ARGS, "--record", str(record)], tmp_path, timeout_s=10, env=CPU
+    ) as ctl:
         ctl.hold(3)
         ctl.start(1)
         ctl.wait_held(3)
@@ -132,7 +135,7 @@ def test_checkpoint_on_request_then_whole_job_killed_resumes_exactly(
     reference: dict[str, Any], tmp_path: Path
 ) -> None:
     args = [PROGRAM, *ARGS, "--checkpoint-every", "2"]
-    with LocalController(args, tmp_path, timeout_s=10) as ctl:
+    with LocalController(args, tmp_path, timeout_s=10, env=CPU) as ctl:
         ctl.hold(7)
         ctl.start(2)
         ctl.wait_held(7)
@@ -147,7 +150,7 @@ def test_checkpoint_on_request_then_whole_job_killed_resumes_exactly(
     assert ckpts == ["ckpt-000000008.pt"]  # on request after step 7, mid-epoch 1
     assert not (tmp_path / "model").exists()
 
-    with LocalController(args, tmp_path, timeout_s=10) as ctl:
+    with LocalController(args, tmp_path, timeout_s=10, env=CPU) as ctl:
         ctl.start(3)
         assert set(ctl.wait(180).values()) == {0}
         pids = set(ctl.pids().values())

@@ -29,6 +29,7 @@ def _linear() -> nn.Module:
 
 def _trainer(model: nn.Module | None = None, **kw: object) -> Trainer:
     model = model or _linear()
+    kw.setdefault("device", "cpu")  # compared with CPU references, also on a GPU machine
     return Trainer(
         model,
         kw.pop("datasets", lambda: (_data(30), _data(10, 1))),  # type: ignore[arg-type]

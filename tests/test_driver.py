@@ -1,0 +1,63 @@
+"""The job driver on its own: orders in the job directory move a job to new devices without
+losing its training state."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from jobprograms import DEADLINE_S, program
+
+from jupyter_edt.runtime.jobdir import JobDir, write_json_atomic
+
+
+def device(i: int) -> dict:
+    return {"id": f"vgpu{i}", "index": i, "virtual": True}
+
+
+def wait_status(d: JobDir, condition, what: str) -> dict:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        status = d.read_status()
+        if status is not None and condition(status):
+            return status
+        assert time.monotonic() < deadline, f"the driver never {what}: {status}"
+        time.sleep(0.1)
+
+
+def test_a_job_moved_to_all_new_devices_keeps_its_training_state(tmp_path):
+    d = JobDir(tmp_path / "job")
+    d.create()
+    (d.code / "main.py").write_text(program(epochs=6, delay=0.01))
+    write_json_atomic(d.job, {"id": "j1", "program": [str(d.code / "main.py")], "max_gpus": 1})
+    d.write_orders({"seq": 1, "action": "run", "devices": [device(0)]})
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_edt.runtime.driver", str(d.root)],
+        stdout=(tmp_path / "driver.out").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        first = wait_status(d, lambda s: s["state"] == "running", "ran")
+        (old,) = first["workers"]
+        d.write_orders({"seq": 2, "action": "run", "devices": [device(1)]})
+        moved = wait_status(d, lambda s: list(s["workers"].values()) == ["vgpu1"], "moved")
+        (new,) = moved["workers"]
+        assert new != old
+        assert driver.wait(timeout=DEADLINE_S) == 0, (tmp_path / "driver.out").read_text()
+    finally:
+        driver.kill()
+    final = d.read_status()
+    assert final["state"] == "exited" and final["exit_code"] == 0
+    steps, kinds = {}, {}
+    for worker in (old, new):
+        events = [json.loads(line) for line in (d.logs / f"events-{worker}.jsonl").open()]
+        steps[worker] = [e["global_step"] for e in events if e["type"] == "step"]
+        kinds[worker] = {e["type"] for e in events}
+    assert "resumed" not in kinds[new]  # the state came from the old worker, not from disk
+    # the newcomer joined mid-training with the state (the two shared the steps between the
+    # grow and the shrink) and carried on: no restart from step 0 or from a checkpoint
+    assert 0 < steps[new][0] <= steps[old][-1]
+    assert set(steps[old]) | set(steps[new]) == set(range(36))  # 6 epochs x 6 steps
+    assert len(steps[old]) == len(set(steps[old])) and len(steps[new]) == len(set(steps[new]))
