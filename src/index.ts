@@ -7,6 +7,7 @@ import { ICommandPalette } from '@jupyterlab/apputils';
 
 import { edtIcon } from './icons';
 import { EdtSidebar } from './sidebar';
+import { widgetsPlugin } from './widgets/plugin';
 
 /** Command ids of the extension. */
 export namespace CommandIDs {
@@ -53,4 +54,4 @@ const sidebarPlugin: JupyterFrontEndPlugin<void> = {
 export * from './api';
 export { edtIcon } from './icons';
 
-export default [sidebarPlugin];
+export default [sidebarPlugin, widgetsPlugin];

@@ -3,10 +3,11 @@
 Load them with ``%load_ext jupyter_edt``. The magics find the Jupyter server by themselves
 (see :mod:`.discovery`); ``%edt_connect URL --token T`` points them elsewhere.
 
-``%%edt_submit`` submits the cell's code as an elastic job and shows the job (a ``Job`` handle
-now, a live widget later). Nothing is half-submitted: the options are checked, the cell is
-compiled and the server is found before the one request that submits; any failure is shown as a
-short ``UsageError`` in the cell's output, without a traceback, and leaves no job behind.
+``%%edt_submit`` submits the cell's code as an elastic job and shows the job: a live
+:class:`~.widgets.JobWidget` in a notebook, the ``Job`` handle in a terminal. Nothing is
+half-submitted: the options are checked, the cell is compiled and the server is found before the
+one request that submits; any failure is shown as a short ``UsageError`` in the cell's output,
+without a traceback, and leaves no job behind.
 
 The cell runs as a plain Python program (``main.py``) in the job's processes, not in this
 kernel: it cannot see this kernel's variables, and IPython syntax (``%magics``, ``!commands``)
@@ -134,8 +135,16 @@ class EDTMagics(Magics):
         return self._client
 
     def view(self, job: Job) -> Any:
-        """What a submission cell displays. The job widget will replace the plain handle."""
-        return job
+        """What a submission cell displays: in a kernel with ipywidgets, the live job widget
+        (its text and HTML fallbacks are the job's); elsewhere (a terminal IPython, no
+        ipywidgets) the plain :class:`Job` handle."""
+        try:
+            from .widgets import JobWidget, widgets_available
+        except ImportError:
+            return job
+        if not widgets_available(self.shell):
+            return job
+        return JobWidget.for_job(job)
 
     # -- %edt_connect -------------------------------------------------------------------------
 

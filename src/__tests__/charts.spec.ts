@@ -1,0 +1,216 @@
+import {
+  DEFAULT_MAX_POINTS,
+  SeriesBuffer,
+  thinOlderHalf
+} from '../charts/downsample';
+import {
+  AllocationSeries,
+  LossSeries,
+  alignSeries,
+  type IMetricRecord
+} from '../charts/series';
+import { isLossName, lossSeriesSpecs } from '../charts/loss';
+import { withAlpha } from '../charts/chart';
+
+function range(n: number, start = 0): number[] {
+  return Array.from({ length: n }, (_, i) => start + i);
+}
+
+function step(
+  globalStep: number,
+  loss: number,
+  epoch = 0,
+  stepInEpoch = globalStep
+): IMetricRecord {
+  return {
+    type: 'step',
+    global_step: globalStep,
+    epoch,
+    step: stepInEpoch,
+    loss,
+    world_size: 2,
+    samples_per_s: 100
+  };
+}
+
+describe('downsampling', () => {
+  it('thins the older half to every other point and keeps the newer half', () => {
+    const xs = range(10);
+    const ys = xs.map(x => x * 10);
+    thinOlderHalf(xs, ys);
+    expect(xs).toEqual([0, 2, 4, 5, 6, 7, 8, 9]);
+    expect(ys).toEqual([0, 20, 40, 50, 60, 70, 80, 90]);
+  });
+
+  it('caps a series deterministically, as the kernel does', () => {
+    // The same pushes in Python (tests/test_widgets.py) give the same points.
+    const buffer = new SeriesBuffer(10);
+    for (const x of range(25)) {
+      buffer.push(x, -x);
+    }
+    expect(buffer.x).toEqual([0, 16, 18, 19, 20, 21, 22, 23, 24]);
+    expect(buffer.y).toEqual(buffer.x.map(x => -x));
+    const again = new SeriesBuffer(10);
+    again.pushMany(
+      range(25),
+      range(25).map(x => -x)
+    );
+    expect(again.x).toEqual(buffer.x);
+  });
+
+  it('never holds more than the cap, keeps the first and last points', () => {
+    const buffer = new SeriesBuffer(1000);
+    let longest = 0;
+    for (let x = 0; x < 250_000; x++) {
+      buffer.push(x, Math.sin(x));
+      longest = Math.max(longest, buffer.length);
+    }
+    expect(longest).toBe(1000);
+    expect(buffer.x[0]).toBe(0);
+    expect(buffer.lastX).toBe(249_999);
+    // strictly increasing after any number of thinnings
+    for (let i = 1; i < buffer.length; i++) {
+      expect(buffer.x[i]).toBeGreaterThan(buffer.x[i - 1]);
+    }
+    // recent data stays exact: the last few hundred points are consecutive
+    const tail = buffer.x.slice(-300);
+    expect(tail).toEqual(range(300, 249_700));
+  });
+
+  it('defaults to 100k points', () => {
+    expect(new SeriesBuffer().maxPoints).toBe(DEFAULT_MAX_POINTS);
+    expect(DEFAULT_MAX_POINTS).toBe(100_000);
+  });
+});
+
+describe('alignSeries', () => {
+  it('joins series on the union of their x values, with nulls for gaps', () => {
+    const aligned = alignSeries([
+      { name: 'loss', x: [0, 1, 2, 3], y: [4, 3, 2, 1] },
+      { name: 'val_loss', x: [1, 3], y: [3.5, 1.5] },
+      { name: 'val_acc', x: [3, 5], y: [0.8, 0.9] }
+    ]);
+    expect(aligned).toEqual([
+      [0, 1, 2, 3, 5],
+      [4, 3, 2, 1, null],
+      [null, 3.5, null, 1.5, null],
+      [null, null, null, 0.8, 0.9]
+    ]);
+  });
+
+  it('gives empty columns for no points', () => {
+    expect(alignSeries([{ name: 'loss', x: [], y: [] }])).toEqual([[], []]);
+    expect(alignSeries([])).toEqual([[]]);
+  });
+});
+
+describe('LossSeries', () => {
+  it('puts train loss per step and validation per epoch on one step axis', () => {
+    const loss = new LossSeries();
+    const changed = loss.addRecords([
+      step(0, 1.0, 0, 0),
+      step(1, 0.8, 0, 1),
+      step(2, 0.7, 0, 2),
+      { type: 'epoch', epoch: 0, val_loss: 0.75, val_acc: 0.6 },
+      { type: 'checkpoint', path: '/x', global_step: 3 },
+      step(3, 0.6, 1, 0),
+      step(4, 0.5, 1, 1),
+      step(5, 0.4, 1, 2),
+      { type: 'epoch', epoch: 1, val_loss: 0.45, val_acc: 0.8 }
+    ]);
+    expect(changed).toBe(true);
+    expect(loss.train.x).toEqual([0, 1, 2, 3, 4, 5]);
+    expect(loss.validationNames).toEqual(['val_loss', 'val_acc']);
+    expect(loss.validation.get('val_loss')?.x).toEqual([2, 5]);
+    expect(loss.validation.get('val_acc')?.y).toEqual([0.6, 0.8]);
+    expect(loss.columns()).toEqual([
+      [0, 1, 2, 3, 4, 5],
+      [1.0, 0.8, 0.7, 0.6, 0.5, 0.4],
+      [null, null, 0.75, null, null, 0.45],
+      [null, null, 0.6, null, null, 0.8]
+    ]);
+    expect(loss.progress).toEqual({
+      epoch: 1,
+      step: 2,
+      globalStep: 5,
+      stepsPerEpoch: 3,
+      epochsDone: 2,
+      worldSize: 2,
+      samplesPerS: 100,
+      lastLoss: 0.4
+    });
+    expect(loss.pointCount).toBe(10);
+  });
+
+  it('keeps records seen twice once (history, then the replayed feed)', () => {
+    const loss = new LossSeries();
+    const history = [step(0, 1), step(1, 0.9), step(2, 0.8)];
+    expect(loss.addRecords(history)).toBe(true);
+    expect(loss.addRecords(history)).toBe(false);
+    expect(loss.addRecords([step(1, 0.9), step(2, 0.8), step(3, 0.7)])).toBe(
+      true
+    );
+    expect(loss.train.x).toEqual([0, 1, 2, 3]);
+    const epoch = { type: 'epoch', epoch: 0, val_loss: 0.7 };
+    expect(loss.addRecords([epoch])).toBe(true);
+    expect(loss.addRecords([epoch])).toBe(false);
+    expect(loss.validation.get('val_loss')?.length).toBe(1);
+  });
+
+  it('skips records without numbers', () => {
+    const loss = new LossSeries();
+    expect(
+      loss.addRecords([
+        { type: 'step', epoch: 0 },
+        { type: 'epoch', val_loss: 1 },
+        { type: 'model_saved' }
+      ])
+    ).toBe(false);
+    expect(loss.progress).toBeNull();
+  });
+
+  it('caps every series', () => {
+    const loss = new LossSeries(100);
+    loss.addRecords(range(1000).map(i => step(i, 1 / (i + 1))));
+    expect(loss.train.length).toBeLessThanOrEqual(100);
+    expect(loss.train.lastX).toBe(999);
+  });
+});
+
+describe('AllocationSeries', () => {
+  it('is a step line of GPU counts that reaches "now" while running', () => {
+    const allocation = new AllocationSeries();
+    expect(allocation.add(100, 1)).toBe(true);
+    expect(allocation.add(110, 2)).toBe(true);
+    expect(allocation.add(110, 2)).toBe(false); // same count again
+    expect(allocation.add(90, 4)).toBe(false); // older than the last change
+    expect(allocation.add(130, 0)).toBe(true);
+    expect(allocation.current).toBe(0);
+    expect(allocation.columns()).toEqual([
+      [100, 110, 130],
+      [1, 2, 0]
+    ]);
+    expect(allocation.columns(140)).toEqual([
+      [100, 110, 130, 140],
+      [1, 2, 0, 0]
+    ]);
+    expect(new AllocationSeries().columns(5)).toEqual([[], []]);
+  });
+});
+
+describe('chart styling', () => {
+  it('puts losses on the left axis and other metrics on the right', () => {
+    expect(isLossName('val_loss')).toBe(true);
+    const specs = lossSeriesSpecs(['loss', 'val_loss', 'val_acc', 'lr']);
+    expect(specs.map(s => s.scale)).toEqual(['y', 'y', 'y2', 'y2']);
+    expect(specs.map(s => !!s.points)).toEqual([false, true, true, false]);
+    expect(specs[0].color).toBe('--jp-brand-color1');
+  });
+
+  it('makes translucent fills from theme colours', () => {
+    expect(withAlpha('#1976d2', 0.15)).toBe('rgba(25, 118, 210, 0.15)');
+    expect(withAlpha('#fff', 0.5)).toBe('rgba(255, 255, 255, 0.5)');
+    expect(withAlpha('rgb(1, 2, 3)', 0.2)).toBe('rgba(1, 2, 3, 0.2)');
+    expect(withAlpha('red', 0.2)).toBe('red');
+  });
+});

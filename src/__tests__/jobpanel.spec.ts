@@ -1,0 +1,163 @@
+import { JobController } from '../widgets/controller';
+import { JobPanel, describeProgress } from '../widgets/jobpanel';
+import type { IJobApi, IJobInfo, ISocketLike } from '../widgets/jobapi';
+
+const JOB: IJobInfo = {
+  id: 'a1b2c3d4e5f6',
+  user: 'alice',
+  name: 'digits',
+  state: 'RUNNING',
+  reason: 'started',
+  spec: { env: { EDT_EPOCHS: '2' } },
+  min_gpus: 1,
+  max_gpus: 2,
+  priority: 0,
+  devices: ['gpu0', 'gpu1'],
+  rescaled: 100,
+  created: 90,
+  updated: 100,
+  finished: null
+};
+
+function api(calls: string[]): IJobApi {
+  let job = { ...JOB };
+  return {
+    getJob: async () => ({ ...job }),
+    getMetrics: async (_id, after) =>
+      after > 0
+        ? { metrics: [], cursor: after }
+        : {
+            metrics: [
+              {
+                id: 1,
+                type: 'step',
+                global_step: 0,
+                epoch: 0,
+                step: 0,
+                loss: 1.25
+              },
+              {
+                id: 2,
+                type: 'step',
+                global_step: 1,
+                epoch: 0,
+                step: 1,
+                loss: 1.0
+              }
+            ],
+            cursor: 2
+          },
+    getLogNames: async () => ['driver.log'],
+    getLog: async (_id, name) => ({
+      name,
+      text: 'hello\n',
+      offset: 0,
+      next_offset: 6,
+      size: 6
+    }),
+    patchJob: async (_id, change) => {
+      calls.push(`PATCH ${JSON.stringify(change)}`);
+      job = { ...job, ...change };
+      return { ...job };
+    },
+    cancelJob: async () => {
+      calls.push('DELETE');
+      job = { ...job, state: 'CANCELLED', devices: [] };
+      return { ...job };
+    }
+  };
+}
+
+const socket = (): ISocketLike => ({
+  onopen: null,
+  onmessage: null,
+  onclose: null,
+  onerror: null,
+  close: () => undefined
+});
+
+describe('describeProgress', () => {
+  it('says where training is and how far', () => {
+    expect(describeProgress(null, 3)).toEqual({
+      text: 'waiting for the first step',
+      fraction: null
+    });
+    const progress = {
+      epoch: 1,
+      step: 2,
+      globalStep: 5,
+      stepsPerEpoch: 3,
+      epochsDone: 1,
+      worldSize: 2,
+      samplesPerS: null,
+      lastLoss: 0.5
+    };
+    expect(describeProgress(progress, 2)).toEqual({
+      text: 'epoch 2/2 · step 3/3 · global step 5',
+      fraction: 1
+    });
+    expect(
+      describeProgress({ ...progress, stepsPerEpoch: null }, null).text
+    ).toBe('epoch 2 · step 3 · global step 5');
+  });
+});
+
+describe('JobPanel', () => {
+  it('renders the job and acts through its controller', async () => {
+    const calls: string[] = [];
+    const controller = new JobController({
+      jobId: JOB.id,
+      api: api(calls),
+      connect: socket,
+      stream: { silenceTimeout: 0 }
+    });
+    let asked = '';
+    const panel = new JobPanel({
+      controller,
+      confirmCancel: async name => {
+        asked = name;
+        return true;
+      }
+    });
+    document.body.appendChild(panel.node);
+    await controller.start();
+    panel.render();
+
+    const q = (selector: string) =>
+      panel.node.querySelector(selector) as HTMLElement;
+    expect(q('.jp-edt-job-name').textContent).toBe('digits');
+    expect(q('.jp-edt-state-badge').textContent).toBe('RUNNING');
+    expect(q('.jp-edt-job-gpus').textContent).toBe('2 / 2');
+    expect(q('.jp-edt-job-progress-text').textContent).toBe(
+      'epoch 1/2 · step 2 · global step 1'
+    );
+    expect(q('.jp-edt-job-loss').textContent).toBe('train 1.000');
+    expect(panel.node.dataset.points).toBe('2');
+    expect(panel.lossChart.pointCount).toBe(2);
+
+    const maxGpus = q('.jp-edt-job-max-gpus') as HTMLInputElement;
+    expect(maxGpus.value).toBe('2');
+    maxGpus.value = '3';
+    maxGpus.dispatchEvent(new Event('change'));
+    const priority = q('.jp-edt-job-priority') as HTMLInputElement;
+    priority.value = '10';
+    priority.dispatchEvent(new Event('change'));
+    await new Promise(resolve => setTimeout(resolve, 0));
+    panel.render();
+    expect(calls).toEqual(['PATCH {"max_gpus":3}', 'PATCH {"priority":10}']);
+    expect(q('.jp-edt-job-gpus').textContent).toBe('2 / 3');
+
+    (q('.jp-edt-job-cancel') as HTMLButtonElement).click();
+    await new Promise(resolve => setTimeout(resolve, 0));
+    panel.render();
+    expect(asked).toBe('digits [a1b2c3d4e5f6]');
+    expect(calls).toContain('DELETE');
+    expect(q('.jp-edt-state-badge').textContent).toBe('CANCELLED');
+    expect((q('.jp-edt-job-cancel') as HTMLButtonElement).disabled).toBe(true);
+    expect(maxGpus.disabled).toBe(true);
+
+    panel.dispose();
+    controller.dispose();
+    expect(panel.node.isConnected).toBe(false);
+  });
+});

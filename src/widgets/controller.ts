@@ -1,0 +1,438 @@
+/**
+ * Everything the job widget knows about its job, fetched by the browser itself
+ * (not through the kernel): the job (GET jobs/{id}), its metrics history
+ * (GET jobs/{id}/metrics), then the live events WebSocket, and log tails on an
+ * interval while the widget is visible and the job runs. No DOM: the view
+ * renders `JobController`'s state and calls its actions.
+ */
+import { ISignal, Signal } from '@lumino/signaling';
+import type { IDisposable } from '@lumino/disposable';
+
+import { DEFAULT_MAX_POINTS } from '../charts/downsample';
+import { AllocationSeries, LossSeries } from '../charts/series';
+import { EventStream, type ConnectionStatus } from './events';
+import {
+  TERMINAL_STATES,
+  type IJobApi,
+  type IJobEvent,
+  type IJobInfo,
+  type SocketFactory
+} from './jobapi';
+
+/** The "log" choice that shows the tail of every non-empty log. */
+export const ALL_LOGS = '';
+
+/** Options of a job controller. */
+export interface IJobControllerOptions {
+  jobId: string;
+  api: IJobApi;
+  connect: SocketFactory;
+  /** Lines of log tail (default 30). */
+  logTail?: number;
+  /** Milliseconds between log refreshes while running (default 3 s). */
+  logInterval?: number;
+  /** Cap on points per chart series (default 100k). */
+  maxPoints?: number;
+  /** Retry delay (ms) after the job could not be loaded (default 2 s, doubling). */
+  retryDelay?: number;
+  /** Options passed to the event stream (tests shorten delays). */
+  stream?: { minDelay?: number; maxDelay?: number; silenceTimeout?: number };
+  /** The clock, in seconds (default Date.now() / 1000). */
+  now?: () => number;
+}
+
+/** A log tail as shown. */
+export interface ILogTail {
+  /** Log names, driver first. */
+  names: string[];
+  /** The chosen log, or ALL_LOGS. */
+  selected: string;
+  /** The tail text (with `==> name <==` headers for ALL_LOGS). */
+  text: string;
+}
+
+function message(reason: unknown): string {
+  return reason instanceof Error ? reason.message : String(reason);
+}
+
+/** One job's live state for a widget. */
+export class JobController implements IDisposable {
+  constructor(options: IJobControllerOptions) {
+    this.jobId = options.jobId;
+    this._api = options.api;
+    this._connect = options.connect;
+    this._logTail = options.logTail ?? 30;
+    this._logInterval = options.logInterval ?? 3000;
+    this._retryDelay = options.retryDelay ?? 2000;
+    this._streamOptions = options.stream ?? {};
+    this._now = options.now ?? (() => Date.now() / 1000);
+    const maxPoints = options.maxPoints ?? DEFAULT_MAX_POINTS;
+    this.loss = new LossSeries(maxPoints);
+    this.allocation = new AllocationSeries(maxPoints);
+  }
+
+  readonly jobId: string;
+
+  /** Train and validation curves. */
+  readonly loss: LossSeries;
+
+  /** GPU count over time. */
+  readonly allocation: AllocationSeries;
+
+  /** The job as last known; null until loaded. */
+  get job(): IJobInfo | null {
+    return this._job;
+  }
+
+  /** Whether the job has finished. */
+  get done(): boolean {
+    return this._job !== null && TERMINAL_STATES.has(this._job.state);
+  }
+
+  /** The last error (loading, an action), for the view; null when none. */
+  get error(): string | null {
+    return this._error;
+  }
+
+  /** The events connection. */
+  get connection(): ConnectionStatus {
+    return this._stream?.status ?? 'closed';
+  }
+
+  /** The log tail. */
+  get logs(): ILogTail {
+    return this._logs;
+  }
+
+  /** An action (cancel, priority, max GPUs) is in flight. */
+  get busy(): boolean {
+    return this._busy;
+  }
+
+  /** Emitted after any change. */
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  /** The last event id received (where the stream resumes). */
+  get lastEventId(): number {
+    return this._stream?.lastId ?? 0;
+  }
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  /** Load the job and its history, then follow its events. */
+  async start(): Promise<void> {
+    if (this._started || this._disposed) {
+      return;
+    }
+    this._started = true;
+    await this._load();
+  }
+
+  /** Whether the widget is visible: log refreshes run only while it is. */
+  setVisible(visible: boolean): void {
+    if (visible === this._visible) {
+      return;
+    }
+    this._visible = visible;
+    if (visible && this._job !== null) {
+      void this.refreshLogs();
+    }
+  }
+
+  /** Show one log, or ALL_LOGS. */
+  selectLog(name: string): Promise<void> {
+    this._logs = { ...this._logs, selected: name };
+    this._emit();
+    return this.refreshLogs();
+  }
+
+  /** Fetch the log tail now. */
+  async refreshLogs(): Promise<void> {
+    if (this._disposed || this._job === null) {
+      return;
+    }
+    const fetched = ++this._logRequest;
+    try {
+      const names = await this._api.getLogNames(this.jobId);
+      let { selected } = this._logs;
+      if (selected !== ALL_LOGS && !names.includes(selected)) {
+        selected = ALL_LOGS;
+      }
+      const shown = selected === ALL_LOGS ? names : [selected];
+      const chunks = await Promise.all(
+        shown.map(name => this._api.getLog(this.jobId, name, this._logTail))
+      );
+      if (this._disposed || fetched !== this._logRequest) {
+        return; // a newer request answers
+      }
+      const text =
+        selected === ALL_LOGS
+          ? chunks
+              .filter(chunk => chunk.text.trim().length > 0)
+              .map(chunk => `==> ${chunk.name} <==\n${chunk.text.trimEnd()}`)
+              .join('\n')
+          : (chunks[0]?.text ?? '');
+      this._logs = { names, selected, text };
+      this._emit();
+    } catch (reason) {
+      if (!this._disposed) {
+        this._logs = {
+          ...this._logs,
+          text: `(the logs could not be read: ${message(reason)})`
+        };
+        this._emit();
+      }
+    }
+  }
+
+  /** Cancel the job (the view asks for confirmation first). */
+  cancel(): Promise<void> {
+    return this._act(() => this._api.cancelJob(this.jobId));
+  }
+
+  /** Change the job's priority (-1000..1000). */
+  setPriority(priority: number): Promise<void> {
+    return this._act(() => this._api.patchJob(this.jobId, { priority }));
+  }
+
+  /** Change the most GPUs the job may hold. */
+  setMaxGpus(maxGpus: number): Promise<void> {
+    return this._act(() =>
+      this._api.patchJob(this.jobId, { max_gpus: maxGpus })
+    );
+  }
+
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    this._stream?.stop();
+    this._stream = null;
+    for (const timer of [this._logTimer, this._retryTimer]) {
+      if (timer !== null) {
+        clearTimeout(timer);
+      }
+    }
+    this._logTimer = this._retryTimer = null;
+    Signal.clearData(this);
+  }
+
+  // -- loading ----------------------------------------------------------------------------
+
+  private async _load(): Promise<void> {
+    try {
+      const job = await this._api.getJob(this.jobId);
+      if (this._disposed) {
+        return;
+      }
+      this._job = job;
+      this._snapshotTime = job.updated;
+      this._error = null;
+      this._emit();
+      await this._fetchMetrics();
+      if (this._disposed) {
+        return;
+      }
+      this._openStream();
+      this._scheduleLogs(0);
+    } catch (reason) {
+      if (this._disposed) {
+        return;
+      }
+      const status = (reason as { response?: { status?: number } }).response
+        ?.status;
+      this._error =
+        status === 404
+          ? `Job ${this.jobId} was not found (deleted, or another user's).`
+          : `Could not load job ${this.jobId}: ${message(reason)}`;
+      this._emit();
+      if (status !== 404 && this._job === null) {
+        const delay = this._retryDelay;
+        this._retryDelay = Math.min(60_000, this._retryDelay * 2);
+        this._retryTimer = setTimeout(() => {
+          this._retryTimer = null;
+          void this._load();
+        }, delay);
+      }
+    }
+  }
+
+  /** Read the metrics history after the cursor, page by page. */
+  private async _fetchMetrics(): Promise<void> {
+    for (;;) {
+      const page = await this._api.getMetrics(this.jobId, this._metricsCursor);
+      if (this._disposed || page.metrics.length === 0) {
+        return;
+      }
+      this._metricsCursor = page.cursor;
+      if (this.loss.addRecords(page.metrics)) {
+        this._emit();
+      }
+    }
+  }
+
+  private _openStream(): void {
+    if (this._stream) {
+      return;
+    }
+    this._stream = new EventStream({
+      jobId: this.jobId,
+      connect: this._connect,
+      onEvent: event => this._onEvent(event),
+      onStatus: () => this._emit(),
+      ...this._streamOptions
+    });
+    this._stream.start();
+  }
+
+  // -- events -----------------------------------------------------------------------------
+
+  private _onEvent(event: IJobEvent): void {
+    const job = this._job;
+    if (job === null) {
+      return;
+    }
+    const time = typeof event.time === 'number' ? event.time : this._now();
+    // The feed replays the job's whole history: events older than the job we
+    // fetched only add to the timeline and charts, not to the current state.
+    const current = time >= this._snapshotTime;
+    switch (event.kind) {
+      case 'state':
+        if (current && event.state) {
+          this._job = {
+            ...job,
+            state: event.state,
+            reason: event.reason ?? job.reason,
+            finished: TERMINAL_STATES.has(event.state) ? time : job.finished
+          };
+        }
+        if (event.state && TERMINAL_STATES.has(event.state)) {
+          // The job's last event: close the feed, read what may have raced it.
+          this._finish(time);
+        }
+        break;
+      case 'allocation': {
+        const devices = event.devices ?? [];
+        this.allocation.add(time, devices.length);
+        if (current) {
+          this._job = { ...job, devices };
+        }
+        break;
+      }
+      case 'limits':
+        if (current) {
+          this._job = {
+            ...job,
+            max_gpus: event.max_gpus ?? job.max_gpus,
+            priority: event.priority ?? job.priority
+          };
+        }
+        break;
+      case 'metrics':
+        this.loss.addRecords(event.records ?? []);
+        break;
+      default:
+        return;
+    }
+    this._emit();
+  }
+
+  private _finish(time: number): void {
+    if (this._finished) {
+      return;
+    }
+    this._finished = true;
+    if (this.allocation.current !== 0 && this.allocation.length > 0) {
+      this.allocation.add(time, 0);
+    }
+    this._stream?.stop();
+    void this._fetchMetrics()
+      .catch(() => undefined)
+      .then(() => this._emit());
+    void this.refreshLogs();
+  }
+
+  // -- logs ---------------------------------------------------------------------------------
+
+  private _scheduleLogs(delay: number): void {
+    if (this._disposed || this._logTimer !== null) {
+      return;
+    }
+    this._logTimer = setTimeout(async () => {
+      this._logTimer = null;
+      if (this._disposed) {
+        return;
+      }
+      const visible =
+        this._visible &&
+        (typeof document === 'undefined' ||
+          document.visibilityState !== 'hidden');
+      if (visible) {
+        await this.refreshLogs();
+      }
+      // A finished job's logs no longer change: refreshLogs runs once more
+      // when it finishes, and when the widget is shown again.
+      if (!this.done) {
+        this._scheduleLogs(this._logInterval);
+      }
+    }, delay);
+  }
+
+  // -- actions ------------------------------------------------------------------------------
+
+  private async _act(call: () => Promise<IJobInfo>): Promise<void> {
+    this._busy = true;
+    this._emit();
+    try {
+      const job = await call();
+      if (this._disposed) {
+        return;
+      }
+      // Reflect the answer at once; the events that follow agree with it.
+      this._job = job;
+      this._snapshotTime = Math.max(this._snapshotTime, job.updated);
+      this._error = null;
+      // A cancelled job's closing events still come through the feed, which
+      // then closes (see _onEvent).
+    } catch (reason) {
+      this._error = message(reason);
+    } finally {
+      this._busy = false;
+      this._emit();
+    }
+  }
+
+  private _emit(): void {
+    if (!this._disposed) {
+      this._changed.emit();
+    }
+  }
+
+  private readonly _api: IJobApi;
+  private readonly _connect: SocketFactory;
+  private readonly _logTail: number;
+  private readonly _logInterval: number;
+  private readonly _streamOptions: IJobControllerOptions['stream'] & object;
+  private readonly _now: () => number;
+  private _retryDelay: number;
+  private _job: IJobInfo | null = null;
+  private _snapshotTime = 0;
+  private _error: string | null = null;
+  private _metricsCursor = 0;
+  private _stream: EventStream | null = null;
+  private _logs: ILogTail = { names: [], selected: ALL_LOGS, text: '' };
+  private _logRequest = 0;
+  private _logTimer: ReturnType<typeof setTimeout> | null = null;
+  private _retryTimer: ReturnType<typeof setTimeout> | null = null;
+  private _visible = true;
+  private _busy = false;
+  private _started = false;
+  private _finished = false;
+  private _disposed = false;
+  private readonly _changed = new Signal<this, void>(this);
+}

@@ -1,0 +1,396 @@
+/**
+ * The job widget's DOM: name and state badge, GPUs now/max with the
+ * allocation timeline, epoch/step progress, the live loss chart, a log tail,
+ * and cancel / priority / max-GPU controls. It renders a `JobController` and
+ * calls its actions; it fetches nothing itself.
+ */
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+
+import { AllocationTimeline } from '../charts/allocation';
+import { LossChart } from '../charts/loss';
+import type { IProgress } from '../charts/series';
+import { ALL_LOGS, type JobController } from './controller';
+
+/** Options of a job panel. */
+export interface IJobPanelOptions {
+  controller: JobController;
+  /** Ask before cancelling (default: a JupyterLab dialog). */
+  confirmCancel?: (name: string) => Promise<boolean>;
+}
+
+/** Ask, in a JupyterLab dialog, whether to cancel the job. */
+export async function confirmCancelDialog(name: string): Promise<boolean> {
+  const result = await showDialog({
+    title: 'Cancel training job',
+    body: `Cancel ${name}? Its processes stop and its GPUs are freed; checkpoints stay.`,
+    buttons: [
+      Dialog.cancelButton({ label: 'Keep running' }),
+      Dialog.warnButton({ label: 'Cancel job' })
+    ]
+  });
+  return result.button.accept;
+}
+
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className: string,
+  text?: string
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  node.className = className;
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+/** Number of training epochs when the job's spec says (EDT_EPOCHS). */
+function plannedEpochs(spec: { env?: Record<string, string> }): number | null {
+  const value = Number(spec?.env?.EDT_EPOCHS);
+  return Number.isInteger(value) && value > 0 ? value : null;
+}
+
+/** "epoch 2/3 · step 5/16 · global step 37" and the fraction done, if known. */
+export function describeProgress(
+  progress: IProgress | null,
+  epochs: number | null
+): { text: string; fraction: number | null } {
+  if (progress === null) {
+    return { text: 'waiting for the first step', fraction: null };
+  }
+  const epochText =
+    epochs !== null
+      ? `epoch ${progress.epoch + 1}/${epochs}`
+      : `epoch ${progress.epoch + 1}`;
+  const perEpoch = progress.stepsPerEpoch;
+  const stepText =
+    perEpoch !== null
+      ? `step ${progress.step + 1}/${perEpoch}`
+      : `step ${progress.step + 1}`;
+  let fraction: number | null = null;
+  if (epochs !== null && perEpoch !== null) {
+    fraction = Math.min(1, (progress.globalStep + 1) / (epochs * perEpoch));
+  } else if (epochs !== null) {
+    fraction = Math.min(1, progress.epochsDone / epochs);
+  }
+  return {
+    text: `${epochText} · ${stepText} · global step ${progress.globalStep}`,
+    fraction
+  };
+}
+
+function formatNumber(value: number): string {
+  if (value === 0) {
+    return '0';
+  }
+  const abs = Math.abs(value);
+  return abs >= 1000 || abs < 0.001
+    ? value.toExponential(3)
+    : value.toPrecision(4);
+}
+
+/** The rendered job. */
+export class JobPanel {
+  constructor(options: IJobPanelOptions) {
+    this.controller = options.controller;
+    this._confirmCancel = options.confirmCancel ?? confirmCancelDialog;
+    const node = (this.node = el('div', 'jp-edt-job'));
+    node.dataset.jobId = this.controller.jobId;
+
+    // Header: name, id, state, connection.
+    const header = el('div', 'jp-edt-job-header');
+    this._name = el('span', 'jp-edt-job-name', this.controller.jobId);
+    this._id = el('span', 'jp-edt-job-id jp-edt-muted', this.controller.jobId);
+    this._state = el('span', 'jp-edt-state-badge', '…');
+    this._connection = el('span', 'jp-edt-connection');
+    header.append(this._name, this._id, this._state, this._connection);
+
+    this._error = el('div', 'jp-edt-error');
+    this._error.setAttribute('role', 'alert');
+    this._reason = el('div', 'jp-edt-job-reason jp-edt-muted');
+
+    // Figures: GPUs, progress, last loss.
+    const stats = el('div', 'jp-edt-job-stats');
+    this._gpus = el('span', 'jp-edt-job-gpus');
+    this._progressText = el('span', 'jp-edt-job-progress-text');
+    this._bar = el('div', 'jp-edt-job-progress-bar');
+    this._barFill = el('div', 'jp-edt-job-progress-fill');
+    this._bar.append(this._barFill);
+    this._bar.setAttribute('role', 'progressbar');
+    this._bar.setAttribute('aria-valuemin', '0');
+    this._bar.setAttribute('aria-valuemax', '100');
+    this._lossText = el('span', 'jp-edt-job-loss');
+    stats.append(
+      this._labelled('GPUs', this._gpus),
+      this._labelled('Progress', this._progressText, this._bar),
+      this._labelled('Loss', this._lossText)
+    );
+
+    // Charts.
+    const charts = el('div', 'jp-edt-job-charts');
+    this.lossChart = new LossChart({ height: 220 });
+    this.timeline = new AllocationTimeline({ height: 110 });
+    charts.append(this.lossChart.node, this.timeline.node);
+
+    // Controls.
+    const controls = el('div', 'jp-edt-job-controls');
+    this._priority = this._numberInput('jp-edt-job-priority', -1000, 1000);
+    this._maxGpus = this._numberInput('jp-edt-job-max-gpus', 1, 4096);
+    this._priority.addEventListener('change', () => {
+      const value = Number(this._priority.value);
+      if (Number.isInteger(value) && value !== this.controller.job?.priority) {
+        void this.controller.setPriority(value);
+      }
+    });
+    this._maxGpus.addEventListener('change', () => {
+      const value = Number(this._maxGpus.value);
+      if (Number.isInteger(value) && value !== this.controller.job?.max_gpus) {
+        void this.controller.setMaxGpus(value);
+      }
+    });
+    this._cancel = el('button', 'jp-edt-job-cancel jp-Button', 'Cancel job');
+    this._cancel.type = 'button';
+    this._cancel.addEventListener('click', () => void this._onCancel());
+    controls.append(
+      this._labelled('Priority', this._priority),
+      this._labelled('Max GPUs', this._maxGpus),
+      this._cancel
+    );
+
+    // Logs.
+    const logs = el('details', 'jp-edt-job-logs');
+    logs.open = true;
+    const summary = el('summary', 'jp-edt-job-logs-summary', 'Logs');
+    this._logSelect = el('select', 'jp-edt-job-log-select');
+    this._logSelect.setAttribute('aria-label', 'Log');
+    this._logSelect.addEventListener('change', () => {
+      void this.controller.selectLog(this._logSelect.value);
+    });
+    this._logText = el('pre', 'jp-edt-job-log-text');
+    logs.append(summary, this._logSelect, this._logText);
+
+    node.append(
+      header,
+      this._error,
+      this._reason,
+      stats,
+      charts,
+      controls,
+      logs
+    );
+
+    this.controller.changed.connect(this._scheduleRender, this);
+    if (typeof IntersectionObserver !== 'undefined') {
+      this._visibility = new IntersectionObserver(entries => {
+        const entry = entries[entries.length - 1];
+        this.controller.setVisible(entry?.isIntersecting ?? true);
+      });
+      this._visibility.observe(node);
+    }
+    // A running job's timeline reaches "now": extend it now and then.
+    this._clock = setInterval(() => {
+      if (!this.controller.done) {
+        this._scheduleRender();
+      }
+    }, 5000);
+    this.render();
+  }
+
+  readonly node: HTMLDivElement;
+  readonly controller: JobController;
+  readonly lossChart: LossChart;
+  readonly timeline: AllocationTimeline;
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  /** Draw the controller's state now. */
+  render(): void {
+    if (this._disposed) {
+      return;
+    }
+    const c = this.controller;
+    const job = c.job;
+    this.node.dataset.state = job?.state ?? 'LOADING';
+    this.node.dataset.connection = c.connection;
+
+    this._name.textContent = job?.name || 'job';
+    this._id.textContent = `[${c.jobId}]`;
+    this._state.textContent = job?.state ?? 'LOADING';
+    this._state.dataset.state = job?.state ?? 'LOADING';
+    this._connection.dataset.status = c.connection;
+    this._connection.title = `Live updates: ${c.connection}`;
+
+    this._error.textContent = c.error ?? '';
+    this._error.hidden = c.error === null;
+    const reason = job && job.state !== 'RUNNING' ? job.reason : '';
+    this._reason.textContent = reason ? reason.split('\n')[0] : '';
+    this._reason.hidden = !reason;
+
+    const held = job?.devices.length ?? 0;
+    this._gpus.textContent = job ? `${held} / ${job.max_gpus}` : '–';
+    const progress = c.loss.progress;
+    const planned = job ? plannedEpochs(job.spec) : null;
+    const { text, fraction } = describeProgress(progress, planned);
+    this._progressText.textContent =
+      job?.state === 'SUCCEEDED' && progress === null ? 'done' : text;
+    const shown =
+      job?.state === 'SUCCEEDED' ? 1 : fraction === null ? null : fraction;
+    this._bar.hidden = shown === null;
+    this._barFill.style.width = `${Math.round((shown ?? 0) * 100)}%`;
+    this._bar.setAttribute(
+      'aria-valuenow',
+      String(Math.round((shown ?? 0) * 100))
+    );
+    const lossParts: string[] = [];
+    if (progress?.lastLoss !== null && progress?.lastLoss !== undefined) {
+      lossParts.push(`train ${formatNumber(progress.lastLoss)}`);
+    }
+    const val = c.loss.validation.get('val_loss');
+    if (val && val.length > 0) {
+      lossParts.push(`val ${formatNumber(val.y[val.length - 1])}`);
+    }
+    if (progress?.samplesPerS) {
+      lossParts.push(`${Math.round(progress.samplesPerS)} samples/s`);
+    }
+    this._lossText.textContent = lossParts.join(' · ') || '–';
+
+    this.lossChart.update(c.loss.series());
+    const until = job
+      ? c.done
+        ? (job.finished ?? null)
+        : Date.now() / 1000
+      : null;
+    this.timeline.update(c.allocation.columns(until), job?.max_gpus ?? null);
+    this.node.dataset.points = String(c.loss.train.length);
+
+    const frozen = !job || c.done || c.busy;
+    this._priority.disabled = frozen;
+    this._maxGpus.disabled = frozen;
+    this._cancel.disabled = frozen;
+    if (job) {
+      this._setValue(this._priority, job.priority);
+      this._setValue(this._maxGpus, job.max_gpus);
+    }
+
+    this._renderLogs();
+  }
+
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    clearInterval(this._clock);
+    if (this._frame !== null && typeof cancelAnimationFrame === 'function') {
+      cancelAnimationFrame(this._frame);
+    }
+    this._visibility?.disconnect();
+    this.controller.changed.disconnect(this._scheduleRender, this);
+    this.lossChart.dispose();
+    this.timeline.dispose();
+    this.node.remove();
+  }
+
+  private _renderLogs(): void {
+    const { names, selected, text } = this.controller.logs;
+    const options = [ALL_LOGS, ...names];
+    const current = Array.from(this._logSelect.options).map(o => o.value);
+    if (current.join('\n') !== options.join('\n')) {
+      this._logSelect.replaceChildren(
+        ...options.map(name => {
+          const option = document.createElement('option');
+          option.value = name;
+          option.textContent = name === ALL_LOGS ? 'all logs' : name;
+          return option;
+        })
+      );
+    }
+    this._logSelect.value = selected;
+    this._logSelect.hidden = names.length === 0;
+    const shown = text || (names.length === 0 ? '(no logs yet)' : '(empty)');
+    if (this._logText.textContent !== shown) {
+      const atEnd =
+        this._logText.scrollTop + this._logText.clientHeight >=
+        this._logText.scrollHeight - 4;
+      this._logText.textContent = shown;
+      if (atEnd) {
+        this._logText.scrollTop = this._logText.scrollHeight;
+      }
+    }
+  }
+
+  private async _onCancel(): Promise<void> {
+    const job = this.controller.job;
+    if (!job) {
+      return;
+    }
+    const name = `${job.name || 'job'} [${job.id}]`;
+    if (await this._confirmCancel(name)) {
+      await this.controller.cancel();
+    }
+  }
+
+  private _scheduleRender(): void {
+    if (this._frame !== null || this._disposed) {
+      return;
+    }
+    if (typeof requestAnimationFrame !== 'function') {
+      this.render();
+      return;
+    }
+    this._frame = requestAnimationFrame(() => {
+      this._frame = null;
+      this.render();
+    });
+  }
+
+  private _setValue(input: HTMLInputElement, value: number): void {
+    // Leave a value the user is typing alone.
+    if (document.activeElement !== input && input.value !== String(value)) {
+      input.value = String(value);
+    }
+  }
+
+  private _numberInput(
+    className: string,
+    min: number,
+    max: number
+  ): HTMLInputElement {
+    const input = el('input', `${className} jp-edt-number`);
+    input.type = 'number';
+    input.min = String(min);
+    input.max = String(max);
+    input.step = '1';
+    return input;
+  }
+
+  private _labelled(label: string, ...content: HTMLElement[]): HTMLElement {
+    const field = el('label', 'jp-edt-field');
+    field.append(el('span', 'jp-edt-field-label', label), ...content);
+    return field;
+  }
+
+  private readonly _confirmCancel: (name: string) => Promise<boolean>;
+  private readonly _name: HTMLSpanElement;
+  private readonly _id: HTMLSpanElement;
+  private readonly _state: HTMLSpanElement;
+  private readonly _connection: HTMLSpanElement;
+  private readonly _error: HTMLDivElement;
+  private readonly _reason: HTMLDivElement;
+  private readonly _gpus: HTMLSpanElement;
+  private readonly _progressText: HTMLSpanElement;
+  private readonly _bar: HTMLDivElement;
+  private readonly _barFill: HTMLDivElement;
+  private readonly _lossText: HTMLSpanElement;
+  private readonly _priority: HTMLInputElement;
+  private readonly _maxGpus: HTMLInputElement;
+  private readonly _cancel: HTMLButtonElement;
+  private readonly _logSelect: HTMLSelectElement;
+  private readonly _logText: HTMLPreElement;
+  private readonly _visibility: IntersectionObserver | null = null;
+  private readonly _clock: ReturnType<typeof setInterval>;
+  private _frame: number | null = null;
+  private _disposed = false;
+}

@@ -1,0 +1,114 @@
+"""examples/elastic_digits.ipynb runs end to end with nbclient against a live server.
+
+The server (pytest-jupyter, 2 virtual GPUs) runs in this process on the test's event loop, so
+the notebook is executed with nbclient's async API on that loop; its kernel is a separate
+process that finds the server through EDT_URL and EDT_TOKEN (the zero-configuration path a CI
+job or a remote user takes).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "elastic_digits.ipynb"
+
+
+@pytest.fixture
+def edt_config():
+    return {"devices": "virtual", "virtual_gpus": 2}
+
+
+@pytest.fixture
+def jp_server_config(multi_user_config):
+    return multi_user_config
+
+
+def outputs_text(cell) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            parts.append(output["text"])
+        elif "data" in output:
+            parts.append(output["data"].get("text/plain", ""))
+        elif output.get("output_type") == "error":
+            parts.append(f"{output['ename']}: {output['evalue']}")
+    return "".join(parts)
+
+
+@pytest.mark.timeout(240)
+async def test_the_example_notebook_runs_end_to_end(
+    http_server, jp_http_port, jp_base_url, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("EDT_URL", f"http://127.0.0.1:{jp_http_port}{jp_base_url}")
+    monkeypatch.setenv("EDT_TOKEN", "alice")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    notebook = shutil.copy(EXAMPLE, workdir / EXAMPLE.name)
+    nb = nbformat.read(notebook, as_version=4)
+
+    client = NotebookClient(
+        nb,
+        timeout=180,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(workdir)}},
+    )
+    await client.async_execute()
+
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    by_source = {c.source.splitlines()[0]: c for c in code}
+    for cell in code:  # only the tagged cell may fail
+        errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+        if "raises-exception" not in cell.metadata.get("tags", []):
+            assert not errors, (cell.source, outputs_text(cell))
+
+    assert (workdir / "digits_data.py").exists()
+    plain = outputs_text(code[1])
+    assert "after one epoch: test accuracy" in plain
+
+    # the in-process debug run drew a LossChart widget
+    chart_cell = code[2]
+    widget_outputs = [
+        o
+        for o in chart_cell.outputs
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
+    assert widget_outputs and "LossChart" in widget_outputs[0]["data"]["text/plain"]
+    assert "epoch 0: val_loss" in outputs_text(code[3])
+
+    # the submission's result is the job widget, with the job's summary as its fallbacks
+    submitted = by_source[
+        "%%edt_submit --name digits --max-gpus 2 --epochs 3 --files digits_data.py --wait"
+    ]
+    result = [o for o in submitted.outputs if o.get("output_type") == "execute_result"]
+    assert result, outputs_text(submitted)
+    data = result[0]["data"]
+    assert "application/vnd.jupyter.widget-view+json" in data
+    assert "'digits': state=SUCCEEDED" in data["text/plain"]
+
+    monitored = outputs_text(code[6])
+    assert monitored.startswith("SUCCEEDED on 2 GPUs at most")
+    assert [line.split(":")[0] for line in monitored.splitlines()[1:]] == [
+        "epoch 0",
+        "epoch 1",
+        "epoch 2",
+    ]
+    assert "digits" in outputs_text(code[8])  # %edt_jobs
+    used = outputs_text(code[9])
+    accuracy = float(used.split("test accuracy of the job's model: ")[1].split()[0])
+    assert accuracy > 0.5, used
+
+    # the failing job: a one-line UsageError with the job's log tail, then its widget
+    broken = by_source[
+        "%%edt_submit --name digits-broken --max-gpus 2 --files digits_data.py --wait"
+    ]
+    failure = outputs_text(broken)
+    assert "(digits-broken) FAILED" in failure
+    assert "mat1 and mat2 shapes cannot be multiplied" in failure
+    last = outputs_text(code[-1])
+    assert last.startswith("digits-broken FAILED - ")
+    assert "<Job " in last
