@@ -159,6 +159,15 @@ async def test_events_stream_backlog_then_live_and_resume_from_a_cursor(
     assert (resumed["job_id"], resumed["state"]) == (first["id"], "CANCELLED")
     ws.close()
 
+    ws = await websocket_connect(f"{url}?token=alice&job_id={second['id']}")
+    only = json.loads(await ws.read_message())  # not the first job's events before it
+    assert (only["job_id"], only["state"]) == (second["id"], "QUEUED")
+    await call(jp_fetch, "alice", "jobs", method="POST", body=SPEC)  # another job: not sent
+    await call(jp_fetch, "alice", "jobs", second["id"], method="PATCH", body={"priority": 3})
+    change = json.loads(await ws.read_message())
+    assert (change["job_id"], change["kind"], change["priority"]) == (second["id"], "limits", 3)
+    ws.close()
+
 
 async def test_events_socket_requires_credentials(http_server_client, jp_base_url):
     """The refusal comes before the WebSocket upgrade: a plain GET shows its status (a

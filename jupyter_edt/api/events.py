@@ -35,6 +35,7 @@ class EventsHandler(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHa
             self.cursor = int(self.get_argument("after", "0"))
         except ValueError as err:
             raise web.HTTPError(400, "after must be an integer event id") from err
+        self.job_id = self.get_argument("job_id", None)  # one job's events only
         res = super().get(*args, **kwargs)
         if res is not None:
             await res
@@ -50,7 +51,7 @@ class EventsHandler(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHa
         user = self.extensionapp.user_name(self.current_user)
         while True:
             changed = self.service.changed()
-            batch = self.service.events(user, after=self.cursor)
+            batch = self.service.events(user, after=self.cursor, job_id=self.job_id)
             try:
                 if batch:
                     for item in batch[:-1]:

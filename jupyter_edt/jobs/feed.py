@@ -59,9 +59,11 @@ class EventFeed:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def read(self, *, after: int, owner: str | None, limit: int) -> list[Published]:
-        """Events after the cursor, of `owner`'s jobs (None: everyone's); from memory when it
-        holds everything after the cursor, else from the store."""
+    def read(
+        self, *, after: int, owner: str | None, limit: int, job_id: str | None = None
+    ) -> list[Published]:
+        """Events after the cursor, of `owner`'s jobs (None: everyone's), or of one job; from
+        memory when it holds everything after the cursor, else from the store."""
         if after >= self._last_id:
             return []  # nothing newer has been published
         recent = self._recent
@@ -69,12 +71,15 @@ class EventFeed:
             start = bisect.bisect_right(recent, after, key=attrgetter("id"))
             out = []
             for item in recent[start:]:
-                if owner is None or item.user == owner:
+                if (owner is None or item.user == owner) and (
+                    job_id is None or item.event["job_id"] == job_id
+                ):
                     out.append(item)
                     if len(out) == limit:
                         break
             return out
-        return [_published(e) for e in self.store.events(after=after, user=owner, limit=limit)]
+        stored = self.store.events(after=after, user=owner, job_id=job_id, limit=limit)
+        return [_published(e) for e in stored]
 
 
 def _published(event: dict[str, Any]) -> Published:

@@ -99,10 +99,13 @@ class JobService:
             owner = user
         return self.store.list_jobs(user=owner, states=states)
 
-    def events(self, user: str, *, after: int = 0, limit: int = 1000) -> list[Published]:
-        """The change feed as `user` may see it: their own jobs' events, or all for an admin."""
+    def events(
+        self, user: str, *, after: int = 0, limit: int = 1000, job_id: str | None = None
+    ) -> list[Published]:
+        """The change feed as `user` may see it: their own jobs' events (or one of them), or
+        all for an admin."""
         owner = None if self.is_admin(user) else user
-        return self.feed.read(after=after, owner=owner, limit=limit)
+        return self.feed.read(after=after, owner=owner, limit=limit, job_id=job_id)
 
     def holders(self, user: str) -> dict[str, str | None]:
         """Each held device's job id; None where the job is not `user`'s to see."""
