@@ -36,7 +36,7 @@ class DriverRunner:
         *,
         python: str = sys.executable,
         driver_module: str = "jupyter_edt.runtime.driver",
-        poll_interval: float = 0.1,
+        poll_interval: float = 0.2,
         stop_grace: float = 10.0,
         suspend_grace: float = 150.0,
     ) -> None:
