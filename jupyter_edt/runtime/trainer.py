@@ -124,7 +124,8 @@ def env_overrides(env: Mapping[str, str], **given: int) -> tuple[dict[str, int],
             rule = "a positive integer" if low == 1 else f"an integer >= {low}"
             raise ValueError(f"{var} must be {rule}, got {raw!r}")
         values[name] = value
-        notes.append(f"{name}={value} from {var} overrides fit({name}={given[name]!r})")
+        if value != given[name]:
+            notes.append(f"{name}={value} from {var} overrides fit({name}={given[name]!r})")
     return values, notes
 
 

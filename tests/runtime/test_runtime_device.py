@@ -167,6 +167,10 @@ def test_submission_options_override_fit_arguments(
     assert values == {"epochs": 3, "effective_batch_size": 12, "checkpoint_every": 0}
     assert notes[0] == "epochs=3 from EDT_EPOCHS overrides fit(epochs=10)"
     assert len(notes) == 3
+    same = env_overrides(
+        {"EDT_EPOCHS": "10"}, epochs=10, effective_batch_size=8, checkpoint_every=1
+    )
+    assert same == ({"epochs": 10, "effective_batch_size": 8, "checkpoint_every": 1}, [])
     assert env_overrides({}, epochs=2, effective_batch_size=8, checkpoint_every=1) == (
         {"epochs": 2, "effective_batch_size": 8, "checkpoint_every": 1},
         [],
