@@ -55,3 +55,17 @@ def multi_user_config(edt_config: dict, tmp_path) -> dict:
             **edt_config,
         },
     }
+
+
+@pytest.fixture
+def server_url(http_server, jp_http_port, jp_base_url) -> str:
+    """The live server's base URL (`http_server` makes the app serve on `jp_http_port`)."""
+    return f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
+
+
+@pytest.fixture
+def alice(server_url: str):
+    """A real client of the live server, as the user alice (see `TokenPerUser`)."""
+    from jupyter_edt.notebook import EDTClient
+
+    return EDTClient(server_url, "alice")

@@ -56,17 +56,6 @@ def jp_server_config(multi_user_config):
 
 
 @pytest.fixture
-def server_url(http_server, jp_http_port, jp_base_url) -> str:
-    """The live server's base URL (`http_server` makes the app serve on `jp_http_port`)."""
-    return f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
-
-
-@pytest.fixture
-def alice(server_url) -> EDTClient:
-    return EDTClient(server_url, "alice")
-
-
-@pytest.fixture
 def jobs_dir(tmp_path) -> Path:
     return tmp_path / "jobs"  # what conftest configures as EDTApp.jobs_dir
 

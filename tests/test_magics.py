@@ -41,16 +41,6 @@ def jp_server_config(request, multi_user_config):
 
 
 @pytest.fixture
-def server_url(http_server, jp_http_port, jp_base_url) -> str:
-    return f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
-
-
-@pytest.fixture
-def alice(server_url) -> EDTClient:
-    return EDTClient(server_url, "alice")
-
-
-@pytest.fixture
 def shell():
     config = Config()
     config.HistoryManager.hist_file = ":memory:"
