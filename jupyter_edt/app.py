@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import os
 import time
 
 from jupyter_core.paths import jupyter_data_dir
@@ -114,6 +115,13 @@ class EDTApp(ExtensionApp):
         benchmark uses a synthetic one).""",
     )
 
+    load_magics = Bool(
+        True,
+        config=True,
+        help="""Load the jupyter-edt magics (%%edt_submit, ...) in the IPython kernels this
+        server starts, so that notebooks need no `%load_ext jupyter_edt`.""",
+    )
+
     admin_users = List(
         Unicode(),
         config=True,
@@ -175,6 +183,11 @@ class EDTApp(ExtensionApp):
             )
         else:
             self.log.info("jupyter-edt: scheduling on the NVIDIA GPUs that NVML reports.")
+        # Kernels inherit the server's environment; notebook/autoload.py reads this.
+        if self.load_magics:
+            os.environ["EDT_LOAD_MAGICS"] = "1"
+        else:
+            os.environ.pop("EDT_LOAD_MAGICS", None)
         self.monitor = InventoryMonitor(self.inventory)
         self.monitor.record(self.inventory.read(), time.time())
         store = JobStore(self.database_url, metrics_cap=self.metrics_cap)

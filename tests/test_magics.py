@@ -309,3 +309,32 @@ async def test_a_kernel_started_by_the_server_finds_it_with_zero_configuration(
     assert len(progress) == 1 and not text(outputs[5], "stream")
     line = progress[0]["content"]["data"]["text/plain"]
     assert line.startswith("from-a-kernel [") and "] CANCELLED | max GPUs 2 | " in line
+
+
+async def kernel_prints(manager, code: str) -> str:
+    """Run `code` in a kernel the server's kernel manager starts; return what it printed."""
+    kernel_id = await manager.start_kernel(kernel_name="python3")
+    client = manager.get_kernel(kernel_id).client()
+    client.start_channels()
+    seen: list[dict] = []
+    try:
+        await client.wait_for_ready(timeout=60)
+        await client.execute_interactive(code, timeout=60, output_hook=seen.append)
+    finally:
+        client.stop_channels()
+        await manager.shutdown_kernel(kernel_id, now=True)
+    return "".join(m["content"]["text"] for m in seen if m["msg_type"] == "stream")
+
+
+MAGIC_LOADED = "print(get_ipython().find_cell_magic('edt_submit') is not None)"
+
+
+@pytest.mark.parametrize(
+    ("edt_config", "loaded"),
+    [
+        ({"devices": "virtual", "virtual_gpus": 0}, "True\n"),
+        ({"devices": "virtual", "virtual_gpus": 0, "load_magics": False}, "False\n"),
+    ],
+)
+async def test_kernels_of_the_server_have_the_magics_without_load_ext(jp_serverapp, loaded):
+    assert await kernel_prints(jp_serverapp.kernel_manager, MAGIC_LOADED) == loaded
