@@ -214,6 +214,14 @@ def _fill(level: Sequence[JobDemand], counts: dict[str, int], free: int, skip: s
     return free
 
 
+def _keep(
+    held: Sequence[str], want: int, node_of: dict[str, str], order: dict[str, int]
+) -> list[str]:
+    """Up to `want` of the devices a job holds, those on the node where it holds most first."""
+    home = Counter(node_of[d] for d in held)
+    return sorted(held, key=lambda d: (-home[node_of[d]], order[d]))[:want]
+
+
 def _place(
     jobs: Sequence[JobDemand],
     counts: dict[str, int],
@@ -224,11 +232,8 @@ def _place(
     order = {d.id: i for i, d in enumerate(devices)}
     result: Allocation = {j.id: [] for j in jobs}
     taken: set[str] = set()
-    # Keep what each job holds, preferring devices on the node where it holds most.
     for job in jobs:
-        want = counts.get(job.id, 0)
-        home = Counter(node_of[d] for d in held[job.id])
-        keep = sorted(held[job.id], key=lambda d: (-home[node_of[d]], order[d]))[:want]
+        keep = _keep(held[job.id], counts.get(job.id, 0), node_of, order)
         result[job.id] = keep
         taken.update(keep)
     # Then grow, biggest need first, packing each job onto as few nodes as possible: first the
@@ -481,8 +486,7 @@ def _repack(
         if want > len(held[job.id]):
             grow.append(job)
             continue
-        home = Counter(node_of[d] for d in held[job.id])
-        keep = sorted(held[job.id], key=lambda d: (-home[node_of[d]], order[d]))[:want]
+        keep = _keep(held[job.id], want, node_of, order)
         result[job.id] = keep
         taken.update(keep)
     free_on = _free_by_node(devices, taken)
