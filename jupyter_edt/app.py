@@ -193,7 +193,7 @@ class EDTApp(ExtensionApp):
         store = JobStore(self.database_url, metrics_cap=self.metrics_cap)
         self.job_service = JobService(
             store,
-            self.inventory,
+            self.monitor,
             DriverRunner(LocalLauncher(), self.jobs_dir, driver_module=self.driver_module),
             policy=self.policy,
             min_rescale_interval=self.min_rescale_interval,

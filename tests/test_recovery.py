@@ -22,15 +22,18 @@ from jupyter_edt.jobs.store import JobStore
 from jupyter_edt.launch.local import LocalLauncher
 from jupyter_edt.runtime.jobdir import JobDir, process_start_time
 from jupyter_edt.scheduling.inventory import VirtualInventory
+from jupyter_edt.scheduling.monitor import InventoryMonitor
 
 pytestmark = pytest.mark.asyncio
 
 
 def start_service(tmp_path) -> JobService:
     runner = DriverRunner(LocalLauncher(), tmp_path / "jobs")
+    monitor = InventoryMonitor(VirtualInventory(2))
+    monitor.record(monitor.inventory.read(), time.time())
     service = JobService(
         JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}"),
-        VirtualInventory(2),
+        monitor,
         runner,
         min_rescale_interval=0.0,
     )

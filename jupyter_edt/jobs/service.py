@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from ..scheduling.allocator import SCHEDULED_STATES, Order, plan
-from ..scheduling.inventory import Device, Inventory, snapshot
+from ..scheduling.inventory import Device
+from ..scheduling.monitor import InventoryMonitor
 from ..scheduling.policy import PolicyName
 from .archives import list_artifacts, open_artifact, safe_extract
 from .feed import EventFeed, Published
@@ -59,7 +60,7 @@ class JobService:
     def __init__(
         self,
         store: JobStore,
-        inventory: Inventory,
+        monitor: InventoryMonitor,
         runner: JobRunner,
         *,
         policy: PolicyName = "fair-share",
@@ -68,7 +69,7 @@ class JobService:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
-        self.inventory = inventory
+        self.monitor = monitor  # its latest reading is what the allocator deals out
         self.runner = runner
         self.policy = policy
         self.min_rescale_interval = min_rescale_interval
@@ -298,7 +299,7 @@ class JobService:
     async def reschedule(self) -> list[Order]:
         """Recompute the target allocation and carry out the orders that reach it."""
         async with self._schedule_lock:
-            devices = await snapshot(self.inventory)
+            devices = self.monitor.devices
             jobs = self.store.list_jobs(states=[JobState(s) for s in SCHEDULED_STATES])
             orders = plan(
                 jobs,
