@@ -1,6 +1,8 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import type { IJobInfo, JobState } from './widgets/jobapi';
+
 /** The URL namespace of the jupyter-edt REST API, below the server's base URL. */
 export const API_NAMESPACE = 'edt/api/v1';
 
@@ -29,6 +31,16 @@ export interface Device {
   held: boolean;
   /** The holding job's id when it is the user's own; null otherwise. */
   job_id: string | null;
+  /** Recent readings, oldest first (absent from older servers). */
+  history?: IDeviceReading[];
+}
+
+/** One past reading of a device. */
+export interface IDeviceReading {
+  /** Seconds since the epoch. */
+  time: number;
+  utilization: number | null;
+  memory_used: number | null;
 }
 
 /** The answer of GET /edt/api/v1/cluster. */
@@ -75,6 +87,111 @@ export function fetchCluster(
   settings?: ServerConnection.ISettings
 ): Promise<ClusterInfo> {
   return requestAPI<ClusterInfo>('cluster', { method: 'GET' }, settings);
+}
+
+/** Who the caller is to the job service (GET /user). */
+export interface IEdtUser {
+  /** The name the caller's jobs are recorded under (a job's `user`). */
+  name: string;
+  /** Administrators see and change everyone's jobs. */
+  admin: boolean;
+}
+
+/** The caller's job-owner name and whether they are an administrator. */
+export function fetchUser(
+  settings?: ServerConnection.ISettings
+): Promise<IEdtUser> {
+  return requestAPI<IEdtUser>('user', { method: 'GET' }, settings);
+}
+
+/** What POST /jobs takes (JobSpec in docs/openapi.yaml). */
+export interface IJobSubmission {
+  name?: string;
+  code?: string;
+  script?: string;
+  entrypoint?: string;
+  args?: string[];
+  env?: Record<string, string>;
+  min_gpus?: number;
+  max_gpus: number;
+  priority?: number;
+}
+
+/** One file a job left in its result directory. */
+export interface IArtifact {
+  /** Relative to the result directory, '/'-separated. */
+  path: string;
+  size: number;
+  modified: number;
+}
+
+function jobPath(jobId: string, ...rest: string[]): string {
+  return ['jobs', encodeURIComponent(jobId), ...rest].join('/');
+}
+
+/** The jobs the user may see, newest first (optionally only these states). */
+export async function listJobs(
+  states: readonly JobState[] = [],
+  settings?: ServerConnection.ISettings
+): Promise<IJobInfo[]> {
+  const query = states.map(s => `state=${encodeURIComponent(s)}`).join('&');
+  const answer = await requestAPI<{ jobs: IJobInfo[] }>(
+    query ? `jobs?${query}` : 'jobs',
+    { method: 'GET' },
+    settings
+  );
+  return answer.jobs;
+}
+
+/** Submit a job. */
+export function submitJob(
+  spec: IJobSubmission,
+  settings?: ServerConnection.ISettings
+): Promise<IJobInfo> {
+  return requestAPI<IJobInfo>(
+    'jobs',
+    { method: 'POST', body: JSON.stringify(spec) },
+    settings
+  );
+}
+
+/** The files a job left in its result directory. */
+export async function listArtifacts(
+  jobId: string,
+  settings?: ServerConnection.ISettings
+): Promise<IArtifact[]> {
+  const answer = await requestAPI<{ artifacts: IArtifact[] }>(
+    jobPath(jobId, 'artifacts'),
+    { method: 'GET' },
+    settings
+  );
+  return answer.artifacts;
+}
+
+/**
+ * A download link below the base URL: an artifact (`path` given) or the whole
+ * result zip. The browser's login cookie authenticates it; a token is added
+ * when the settings carry one to append (as for WebSockets).
+ */
+export function downloadUrl(
+  jobId: string,
+  path: string | null,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): string {
+  const rest =
+    path === null
+      ? ['result.zip']
+      : ['artifacts', ...path.split('/').map(encodeURIComponent)];
+  const url = URLExt.join(
+    settings.baseUrl,
+    API_NAMESPACE,
+    'jobs',
+    encodeURIComponent(jobId),
+    ...rest
+  );
+  return settings.token && settings.appendToken
+    ? url + URLExt.objectToQueryString({ token: settings.token })
+    : url;
 }
 
 /** Decode a JSON body; keep a non-JSON body as its text. */

@@ -79,7 +79,7 @@ const servers = [
           port: baseUrlPort,
           basePath,
           log: 'jupyter-server-base-url.log',
-          testMatch: /sidebar\.spec\.ts$/
+          testMatch: /(sidebar|jobs)\.spec\.ts$/
         }
       ]
     : [])

@@ -7,6 +7,7 @@ from .cluster import ClusterHandler
 from .events import EventsHandler
 from .jobs import JobHandler, LogsHandler, MetricsHandler
 from .uploads import SubmitHandler
+from .user import UserHandler
 
 API_PREFIX = "/edt/api/v1"
 JOB_ID = r"(?P<job_id>[^/]+)"
@@ -21,4 +22,5 @@ default_handlers = [
     (rf"{API_PREFIX}/jobs/{JOB_ID}/artifacts/(?P<path>.+)", ArtifactHandler),
     (rf"{API_PREFIX}/jobs/{JOB_ID}/result\.zip", ResultZipHandler),
     (rf"{API_PREFIX}/events", EventsHandler),
+    (rf"{API_PREFIX}/user", UserHandler),
 ]

@@ -1,6 +1,13 @@
 import { ServerConnection } from '@jupyterlab/services';
 
-import { fetchCluster, requestAPI, type ClusterInfo } from '../api';
+import {
+  downloadUrl,
+  fetchCluster,
+  listJobs,
+  requestAPI,
+  submitJob,
+  type ClusterInfo
+} from '../api';
 
 /** A fake server: records each request and answers with the given response. */
 function fakeServer(answer: (request: Request) => Response): {
@@ -165,6 +172,70 @@ describe('requestAPI', () => {
 
     await expect(fetchCluster(settings)).rejects.toBeInstanceOf(
       ServerConnection.NetworkError
+    );
+  });
+});
+
+describe('the job calls under a base URL', () => {
+  const server = fakeServer(request => {
+    const url = new URL(request.url);
+    if (url.pathname.endsWith('/jobs') && request.method === 'GET') {
+      return json({ jobs: [{ id: 'j1' }] });
+    }
+    if (url.pathname.endsWith('/jobs') && request.method === 'POST') {
+      return json(
+        { message: 'max_gpus: must be at least 1', field: 'max_gpus' },
+        400,
+        'Bad Request'
+      );
+    }
+    return json({
+      name: 'w0.log',
+      text: 'x',
+      offset: 5,
+      next_offset: 6,
+      size: 6
+    });
+  });
+  const settings = ServerConnection.makeSettings({
+    baseUrl: 'http://localhost:8888/user/alice/',
+    wsUrl: 'ws://localhost:8888/user/alice/',
+    fetch: server.fetch as typeof fetch
+  });
+
+  it('lists jobs by state below the base URL', async () => {
+    const jobs = await listJobs(['RUNNING', 'QUEUED'], settings);
+    expect(jobs).toEqual([{ id: 'j1' }]);
+    const request = server.requests[server.requests.length - 1];
+    expect(pathOf(request)).toBe(
+      'http://localhost:8888/user/alice/edt/api/v1/jobs'
+    );
+    expect(new URL(request.url).searchParams.getAll('state')).toEqual([
+      'RUNNING',
+      'QUEUED'
+    ]);
+  });
+
+  it("reports the server's reason for a refused submission", async () => {
+    await expect(
+      submitJob({ max_gpus: 0, code: '' }, settings)
+    ).rejects.toThrow('max_gpus: must be at least 1');
+  });
+
+  it('builds download links with escaped paths, and the token when appended', () => {
+    expect(downloadUrl('j1', 'out dir/a#b.pt', settings)).toBe(
+      'http://localhost:8888/user/alice/edt/api/v1/jobs/j1/artifacts/out%20dir/a%23b.pt'
+    );
+    expect(downloadUrl('j1', null, settings)).toBe(
+      'http://localhost:8888/user/alice/edt/api/v1/jobs/j1/result.zip'
+    );
+    const withToken = ServerConnection.makeSettings({
+      baseUrl: 'http://localhost:8888/',
+      token: 'secret',
+      appendToken: true
+    });
+    expect(downloadUrl('j1', null, withToken)).toBe(
+      'http://localhost:8888/edt/api/v1/jobs/j1/result.zip?token=secret'
     );
   });
 });

@@ -1,7 +1,46 @@
 import { Widget } from '@lumino/widgets';
 
 import type { ClusterInfo } from '../api';
-import { ClusterModel, EdtSidebar } from '../sidebar';
+import { heldSummary } from '../cluster';
+import {
+  ClusterModel,
+  EdtSidebar,
+  hasReadings,
+  historyColumns,
+  JobsModel,
+  type IJobFilter
+} from '../sidebar';
+import type { IJobInfo, ISocketLike } from '../widgets/jobapi';
+
+function job(id: string, change: Partial<IJobInfo> = {}): IJobInfo {
+  return {
+    id,
+    user: 'alice',
+    name: `run-${id}`,
+    state: 'RUNNING',
+    reason: '',
+    spec: {},
+    min_gpus: 1,
+    max_gpus: 4,
+    priority: 0,
+    devices: ['gpu0', 'gpu1'],
+    rescaled: 100,
+    created: 100,
+    updated: 100,
+    finished: null,
+    ...change
+  };
+}
+
+function quietSocket(): ISocketLike {
+  return {
+    onopen: null,
+    onmessage: null,
+    onclose: null,
+    onerror: null,
+    close: () => undefined
+  };
+}
 
 const CLUSTER: ClusterInfo = {
   source: 'virtual',
@@ -115,5 +154,107 @@ describe('EdtSidebar', () => {
 
     sidebar.show();
     await waitFor(() => calls > 0);
+  });
+});
+
+describe('EdtSidebar with jobs', () => {
+  it('lists jobs newest first, filters them, and opens one', async () => {
+    const jobs = new JobsModel({
+      listJobs: async () => [
+        job('a1', { created: 100 }),
+        job('b2', { created: 200, user: 'bob', devices: [], state: 'QUEUED' }),
+        job('c3', { created: 300, state: 'SUCCEEDED', devices: [] })
+      ],
+      getJob: async id => job(id),
+      connect: quietSocket
+    });
+    const opened: string[] = [];
+    const saved: IJobFilter[] = [];
+    const sidebar = new EdtSidebar({
+      fetchCluster: async () => CLUSTER,
+      jobs,
+      openJob: id => opened.push(id)
+    });
+    sidebar.filterChanged.connect((_, f) => saved.push(f));
+    sidebar.user = 'alice';
+    Widget.attach(sidebar, document.body);
+    jobs.setActive(true);
+    const ids = () =>
+      Array.from(sidebar.node.querySelectorAll('.jp-edt-jobrow')).map(row =>
+        row.getAttribute('data-job-id')
+      );
+    await waitFor(() => ids().length === 2);
+    expect(ids()).toEqual(['c3', 'a1']); // mine, newest first
+
+    sidebar.filter = { scope: 'all', state: 'all' };
+    await waitFor(() => ids().length === 3);
+    expect(ids()).toEqual(['c3', 'b2', 'a1']);
+    sidebar.filter = { scope: 'all', state: 'active' };
+    await waitFor(() => ids().length === 2);
+    expect(ids()).toEqual(['b2', 'a1']);
+    expect(saved).toHaveLength(2);
+
+    const row = sidebar.node.querySelector(
+      '.jp-edt-jobrow[data-job-id="a1"]'
+    ) as HTMLElement;
+    expect(row.textContent).toContain('2/4 GPUs');
+    expect(row.querySelector('.jp-edt-state-badge')?.textContent).toBe(
+      'RUNNING'
+    );
+    row.click();
+    expect(opened).toEqual(['a1']);
+
+    // The device held by a listed job names it.
+    await waitFor(
+      () =>
+        sidebar.node.querySelector('.jp-edt-device-holder')?.textContent ===
+        'training job a1b2c3d4e5f6'
+    );
+    sidebar.dispose();
+    jobs.dispose();
+  });
+
+  it('tells the plugin when it is shown and hidden', () => {
+    const sidebar = new EdtSidebar({ fetchCluster: async () => CLUSTER });
+    const seen: boolean[] = [];
+    sidebar.visibilityChanged.connect((_, visible) => seen.push(visible));
+    Widget.attach(sidebar, document.body);
+    sidebar.hide();
+    sidebar.show();
+    expect(seen).toEqual([true, false, true]);
+    sidebar.dispose();
+  });
+});
+
+describe('device history and the cluster summary', () => {
+  const device = CLUSTER.devices[0];
+
+  it('charts only devices with utilisation readings', () => {
+    expect(hasReadings(device)).toBe(false);
+    const virtual = {
+      ...device,
+      history: [
+        { time: 1, utilization: null, memory_used: null },
+        { time: 2, utilization: null, memory_used: null }
+      ]
+    };
+    expect(hasReadings(virtual)).toBe(false);
+    const real = {
+      ...device,
+      history: [
+        { time: 1, utilization: 20, memory_used: 5 },
+        { time: 2, utilization: 140, memory_used: 6 }
+      ]
+    };
+    expect(hasReadings(real)).toBe(true);
+    expect(historyColumns(real)).toEqual([
+      [1, 2],
+      [20, 100]
+    ]);
+  });
+
+  it('counts the devices held', () => {
+    expect(heldSummary(CLUSTER)).toBe('1 of 2 devices held');
+    expect(heldSummary(null)).toBe('');
   });
 });

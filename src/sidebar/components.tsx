@@ -3,8 +3,61 @@ import * as React from 'react';
 import { refreshIcon } from '@jupyterlab/ui-components';
 
 import type { Device } from '../api';
+import { StreamingChart } from '../charts/chart';
 import { clampPercent, describeCluster, formatMemory } from '../format';
 import type { IClusterState } from './model';
+
+/** Utilisation history columns for the chart: times and percentages. */
+export function historyColumns(device: Device): [number[], (number | null)[]] {
+  const readings = device.history ?? [];
+  return [
+    readings.map(r => r.time),
+    readings.map(r => clampPercent(r.utilization))
+  ];
+}
+
+/** Whether a device has utilisation readings to chart (virtual ones have none). */
+export function hasReadings(device: Device): boolean {
+  const readings = device.history ?? [];
+  return (
+    readings.length > 1 &&
+    readings.some(r => r.utilization !== null && r.utilization !== undefined)
+  );
+}
+
+/** A device's recent utilisation, through the one chart wrapper (src/charts). */
+export function UtilizationHistory(props: { device: Device }): JSX.Element {
+  const host = React.useRef<HTMLDivElement>(null);
+  const chart = React.useRef<StreamingChart | null>(null);
+  React.useEffect(() => {
+    const instance = new StreamingChart({
+      series: [
+        { label: 'utilisation %', color: '--jp-brand-color1', fill: true }
+      ],
+      time: true,
+      height: 70,
+      yRange: () => [0, 100],
+      ariaLabel: 'Utilisation history'
+    });
+    chart.current = instance;
+    host.current?.appendChild(instance.node);
+    return () => {
+      instance.dispose();
+      chart.current = null;
+    };
+  }, []);
+  const [times, values] = historyColumns(props.device);
+  React.useEffect(() => {
+    chart.current?.setData([times, values]);
+  });
+  return (
+    <div
+      className="jp-edt-device-history"
+      ref={host}
+      data-readings={times.length}
+    />
+  );
+}
 
 /** A small horizontal bar for a utilisation in percent. */
 export function UtilizationBar(props: { percent: number }): JSX.Element {
@@ -27,8 +80,17 @@ export function UtilizationBar(props: { percent: number }): JSX.Element {
   );
 }
 
-/** One device: name, index, virtual badge, memory and utilisation. */
-export function DeviceRow(props: { device: Device }): JSX.Element {
+/** One device: name, index, virtual badge, memory, utilisation and holder. */
+export function DeviceRow(props: {
+  device: Device;
+  onOpenJob?: (jobId: string) => void;
+  jobName?: (jobId: string) => string | null;
+  showHistory?: boolean;
+}): JSX.Element {
+  const holder = (jobId: string) => {
+    const name = props.jobName?.(jobId);
+    return name ? `${name} [${jobId}]` : `training job ${jobId}`;
+  };
   const { device } = props;
   const memory = formatMemory(device);
   const utilization = clampPercent(device.utilization);
@@ -48,11 +110,28 @@ export function DeviceRow(props: { device: Device }): JSX.Element {
         )}
       </div>
       <div className="jp-edt-device-holder jp-edt-muted">
-        {device.held
-          ? device.job_id
-            ? `training job ${device.job_id}`
-            : "another user's job"
-          : 'free'}
+        {device.held ? (
+          device.job_id ? (
+            props.onOpenJob ? (
+              <a
+                href="#"
+                className="jp-edt-holder-link"
+                onClick={event => {
+                  event.preventDefault();
+                  props.onOpenJob?.(device.job_id as string);
+                }}
+              >
+                {holder(device.job_id)}
+              </a>
+            ) : (
+              holder(device.job_id)
+            )
+          ) : (
+            "another user's job"
+          )
+        ) : (
+          'free'
+        )}
       </div>
       <div className="jp-edt-device-stats">
         {memory !== null ? (
@@ -64,43 +143,100 @@ export function DeviceRow(props: { device: Device }): JSX.Element {
         )}
         {utilization !== null && <UtilizationBar percent={utilization} />}
       </div>
+      {props.showHistory &&
+        (hasReadings(device) ? (
+          <UtilizationHistory device={device} />
+        ) : (
+          <div className="jp-edt-no-history jp-edt-muted">
+            {device.virtual
+              ? 'No utilisation readings (virtual device)'
+              : 'No utilisation readings yet'}
+          </div>
+        ))}
     </li>
   );
 }
 
 /** The list of devices. */
-export function DeviceList(props: { devices: Device[] }): JSX.Element {
+export function DeviceList(props: {
+  devices: Device[];
+  onOpenJob?: (jobId: string) => void;
+  jobName?: (jobId: string) => string | null;
+  showHistory?: boolean;
+}): JSX.Element {
   return (
     <ul className="jp-edt-device-list">
       {props.devices.map(device => (
-        <DeviceRow key={device.id} device={device} />
+        <DeviceRow
+          key={device.id}
+          device={device}
+          onOpenJob={props.onOpenJob}
+          jobName={props.jobName}
+          showHistory={props.showHistory}
+        />
       ))}
     </ul>
   );
 }
 
-/** The whole panel: title, refresh button, and the Devices section. */
+/** The panel's header: title and refresh button. */
+export function PanelHeader(props: { onRefresh: () => void }): JSX.Element {
+  return (
+    <header className="jp-edt-header">
+      <h2 className="jp-edt-title">Elastic Training</h2>
+      <button
+        type="button"
+        className="jp-edt-refresh jp-Button jp-mod-minimal"
+        title="Refresh"
+        aria-label="Refresh"
+        onClick={props.onRefresh}
+      >
+        <refreshIcon.react tag="span" />
+      </button>
+    </header>
+  );
+}
+
+/** The whole device panel: header and the Devices section. */
 export function ClusterView(props: {
   state: IClusterState;
   onRefresh: () => void;
 }): JSX.Element {
-  const { cluster, error, loading } = props.state;
   return (
     <div className="jp-edt-panel">
-      <header className="jp-edt-header">
-        <h2 className="jp-edt-title">Elastic Training</h2>
-        <button
-          type="button"
-          className="jp-edt-refresh jp-Button jp-mod-minimal"
-          title="Refresh"
-          aria-label="Refresh"
-          onClick={props.onRefresh}
-        >
-          <refreshIcon.react tag="span" />
-        </button>
-      </header>
+      <PanelHeader onRefresh={props.onRefresh} />
+      <DevicesSection state={props.state} />
+    </div>
+  );
+}
+
+/** The cluster: every device, its holder and (optionally) its history. */
+export function DevicesSection(props: {
+  state: IClusterState;
+  onOpenJob?: (jobId: string) => void;
+  jobName?: (jobId: string) => string | null;
+  showHistory?: boolean;
+  onOpenCluster?: () => void;
+}): JSX.Element {
+  const { cluster, error, loading } = props.state;
+  return (
+    <>
       <section className="jp-edt-section jp-edt-devices" aria-label="Devices">
-        <h3 className="jp-edt-section-title">Devices</h3>
+        <div className="jp-edt-section-head">
+          <h3 className="jp-edt-section-title">Devices</h3>
+          {props.onOpenCluster && (
+            <a
+              href="#"
+              className="jp-edt-open-cluster"
+              onClick={event => {
+                event.preventDefault();
+                props.onOpenCluster?.();
+              }}
+            >
+              Cluster view
+            </a>
+          )}
+        </div>
         {loading && cluster === null && (
           <div className="jp-edt-loading">Loading devices…</div>
         )}
@@ -114,10 +250,15 @@ export function ClusterView(props: {
             <div className="jp-edt-source" data-source={cluster.source}>
               {describeCluster(cluster)}
             </div>
-            <DeviceList devices={cluster.devices} />
+            <DeviceList
+              devices={cluster.devices}
+              onOpenJob={props.onOpenJob}
+              jobName={props.jobName}
+              showHistory={props.showHistory}
+            />
           </>
         )}
       </section>
-    </div>
+    </>
   );
 }

@@ -1,3 +1,6 @@
 export * from './components';
+export * from './jobcomponents';
+export * from './jobsmodel';
+export * from './jobstate';
 export * from './model';
 export * from './widget';

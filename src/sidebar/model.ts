@@ -67,8 +67,17 @@ export class ClusterModel implements IDisposable {
 
   /** Fetch now, out of turn, and resolve once that fetch has finished. */
   async refresh(): Promise<void> {
-    await this._poll.refresh();
-    await this._poll.tick;
+    if (this.isDisposed) {
+      return;
+    }
+    try {
+      await this._poll.refresh();
+      await this._poll.tick;
+    } catch (reason) {
+      if (!this.isDisposed) {
+        throw reason; // a dispose meanwhile ends the wait, not an error
+      }
+    }
   }
 
   dispose(): void {

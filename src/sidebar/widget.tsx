@@ -1,12 +1,16 @@
 import * as React from 'react';
 
-import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
+import { ReactWidget } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
+import { ISignal, Signal } from '@lumino/signaling';
 
 import { fetchCluster, type ClusterInfo } from '../api';
 import { edtIcon } from '../icons';
-import { ClusterView } from './components';
-import { ClusterModel, type IClusterState } from './model';
+import { DevicesSection, PanelHeader } from './components';
+import { JobList } from './jobcomponents';
+import type { JobsModel } from './jobsmodel';
+import { DEFAULT_FILTER, visibleJobs, type IJobFilter } from './jobstate';
+import { ClusterModel } from './model';
 
 /** The DOM id of the sidebar widget (also its layout-restorer key). */
 export const SIDEBAR_ID = 'jupyter-edt-sidebar';
@@ -15,15 +19,24 @@ export const SIDEBAR_ID = 'jupyter-edt-sidebar';
 export interface IEdtSidebarOptions {
   /** Fetches the device list; the REST client by default. */
   fetchCluster?: () => Promise<ClusterInfo>;
-  /** Polling period in milliseconds. */
+  /** Polling period of the device list in milliseconds. */
   interval?: number;
+  /** The live job list; without it the panel shows the devices only. */
+  jobs?: JobsModel;
+  /** The filter to start with (restored from the state database). */
+  filter?: IJobFilter;
+  /** Opens a job's detail tab. */
+  openJob?: (jobId: string) => void;
+  /** Opens the cluster view in the main area. */
+  openCluster?: () => void;
 }
 
 /**
- * The "Elastic Training" left sidebar panel.
+ * The "Elastic Training" left sidebar panel: the job list and the devices.
  *
- * Its model polls the cluster endpoint only while the panel is visible and the
- * browser tab is shown; showing the panel fetches at once.
+ * The device list polls only while the panel is visible and the browser tab
+ * shown; the job list's WebSocket is switched by the plugin, which watches
+ * `visibilityChanged` (see index.ts).
  */
 export class EdtSidebar extends ReactWidget {
   constructor(options: IEdtSidebarOptions = {}) {
@@ -33,43 +46,146 @@ export class EdtSidebar extends ReactWidget {
     this.title.icon = edtIcon;
     this.title.caption = 'Elastic Training';
     this.node.setAttribute('aria-label', 'Elastic Training');
+    this.jobs = options.jobs ?? null;
+    this._filter = options.filter ?? DEFAULT_FILTER;
+    this._openJob = options.openJob ?? null;
+    this._openCluster = options.openCluster ?? null;
     this.model = new ClusterModel({
       fetchCluster: options.fetchCluster ?? (() => fetchCluster()),
       interval: options.interval,
       standby: () => !this.isVisible || 'when-hidden'
     });
+    this.model.stateChanged.connect(this._changed, this);
+    this.jobs?.changed.connect(this._changed, this);
     void this.model.start();
   }
 
   /** The polled cluster state shown by the panel. */
   readonly model: ClusterModel;
 
+  /** The live job list, when the panel has one. */
+  readonly jobs: JobsModel | null;
+
+  /** The user's own name as jobs record it (for the "My jobs" filter). */
+  get user(): string | null {
+    return this._user;
+  }
+  set user(value: string | null) {
+    this._user = value;
+    this.update();
+  }
+
+  /** Which jobs are shown. */
+  get filter(): IJobFilter {
+    return this._filter;
+  }
+  set filter(value: IJobFilter) {
+    if (
+      value.scope === this._filter.scope &&
+      value.state === this._filter.state
+    ) {
+      return;
+    }
+    this._filter = value;
+    this._filterChanged.emit(value);
+    this.update();
+  }
+
+  /** Emitted when the user changes the filter (the plugin saves it). */
+  get filterChanged(): ISignal<this, IJobFilter> {
+    return this._filterChanged;
+  }
+
+  /** Emitted when the panel is shown or hidden. */
+  get visibilityChanged(): ISignal<this, boolean> {
+    return this._visibilityChanged;
+  }
+
   dispose(): void {
     if (this.isDisposed) {
       return;
     }
+    this._stopClock();
     this.model.dispose();
+    Signal.clearData(this);
     super.dispose();
+  }
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    if (this.isVisible) {
+      this._startClock();
+      this._visibilityChanged.emit(true);
+    }
   }
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     void this.model.refresh();
+    this._startClock();
+    this._visibilityChanged.emit(true);
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this._stopClock();
+    this._visibilityChanged.emit(false);
   }
 
   protected render(): JSX.Element {
+    const jobs = this.jobs;
+    const open = this._openJob ?? undefined;
     return (
-      <UseSignal<ClusterModel, IClusterState>
-        signal={this.model.stateChanged}
-        initialArgs={this.model.state}
-      >
-        {(_, state) => (
-          <ClusterView
-            state={state ?? this.model.state}
-            onRefresh={() => void this.model.refresh()}
+      <div className="jp-edt-panel">
+        <PanelHeader
+          onRefresh={() => {
+            void this.model.refresh();
+            void jobs?.refresh();
+          }}
+        />
+        {jobs && (
+          <JobList
+            state={jobs.state}
+            rows={visibleJobs(jobs.state.jobs, this._filter, this._user)}
+            filter={this._filter}
+            now={Date.now() / 1000}
+            onFilter={filter => (this.filter = filter)}
+            onOpen={jobId => open?.(jobId)}
           />
         )}
-      </UseSignal>
+        <DevicesSection
+          state={this.model.state}
+          onOpenJob={open}
+          jobName={id => jobs?.state.jobs.get(id)?.job.name ?? null}
+          onOpenCluster={this._openCluster ?? undefined}
+        />
+      </div>
     );
   }
+
+  private _changed(): void {
+    this.update();
+  }
+
+  /** Elapsed times tick once a second, only while the panel is seen. */
+  private _startClock(): void {
+    if (this._clock === null) {
+      this._clock = setInterval(() => this.update(), 1000);
+    }
+  }
+
+  private _stopClock(): void {
+    if (this._clock !== null) {
+      clearInterval(this._clock);
+      this._clock = null;
+    }
+  }
+
+  private _filter: IJobFilter;
+  private _user: string | null = null;
+  private readonly _openJob: ((jobId: string) => void) | null;
+  private readonly _openCluster: (() => void) | null;
+  private _clock: ReturnType<typeof setInterval> | null = null;
+  private readonly _filterChanged = new Signal<this, IJobFilter>(this);
+  private readonly _visibilityChanged = new Signal<this, boolean>(this);
 }

@@ -11,8 +11,8 @@ export type ConnectionStatus =
 
 /** Options of an event stream. */
 export interface IEventStreamOptions {
-  /** The job whose events are delivered (others are skipped). */
-  jobId: string;
+  /** The job whose events are delivered (others are skipped); all when absent. */
+  jobId?: string;
   /** Opens a socket after an event id. */
   connect: SocketFactory;
   /** Receives the job's events, in order. */
@@ -88,7 +88,8 @@ export class EventStream {
     this._setStatus(this._everOpened ? 'reconnecting' : 'connecting');
     let socket: ISocketLike;
     try {
-      socket = this._options.connect(this._lastId, this._options.jobId);
+      // '' asks for every job's events (eventsUrl then sends no job_id).
+      socket = this._options.connect(this._lastId, this._options.jobId ?? '');
     } catch {
       this._scheduleReconnect();
       return;
@@ -133,7 +134,11 @@ export class EventStream {
       }
       this._lastId = event.id;
     }
-    if (event.kind === 'keepalive' || event.job_id !== this._options.jobId) {
+    const { jobId } = this._options;
+    if (
+      event.kind === 'keepalive' ||
+      (jobId !== undefined && event.job_id !== jobId)
+    ) {
       return;
     }
     this._options.onEvent(event);

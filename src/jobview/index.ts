@@ -1,0 +1,2 @@
+export * from './detail';
+export * from './timeline';

@@ -1,0 +1,2 @@
+export * from './dialog';
+export * from './script';
