@@ -14,6 +14,7 @@ from traitlets import Bool, Enum, Float, Int, List, Unicode, default, validate
 
 from . import __version__
 from .api import default_handlers
+from .api.wmla import wmla_handlers
 from .jobs.runner import DriverRunner
 from .jobs.service import JobService
 from .jobs.store import JobStore
@@ -222,6 +223,7 @@ class EDTApp(ExtensionApp):
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(default_handlers)
+        self.handlers.extend(wmla_handlers)
 
     async def stop_extension(self) -> None:
         if self._ticker is not None:

@@ -14,14 +14,16 @@ from jsonschema import Draft202012Validator
 from tornado.httpclient import HTTPClientError
 
 from jupyter_edt.api import API_PREFIX, default_handlers
+from jupyter_edt.api.wmla import WMLA_PREFIX, wmla_handlers
 
 DOC = yaml.safe_load((Path(__file__).parents[1] / "docs" / "openapi.yaml").read_text())
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
 def template(pattern: str) -> str:
-    """`/edt/api/v1/jobs/(?P<job_id>[^/]+)/logs` -> `/jobs/{job_id}/logs`."""
-    path = pattern.removeprefix(API_PREFIX)
+    """`/edt/api/v1/jobs/(?P<job_id>[^/]+)/logs` -> `/jobs/{job_id}/logs` (and the WMLA
+    execs paths, whose servers entry is /edt/api/wmla/v1)."""
+    path = pattern.removeprefix(API_PREFIX).removeprefix(WMLA_PREFIX)
     path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", path)
     return path.removesuffix("/?").replace("\\.", ".")
 
@@ -35,7 +37,7 @@ def served_methods(handler: type) -> set[str]:
 
 
 def test_every_served_route_and_method_is_documented_and_nothing_more():
-    served = {template(p): served_methods(h) for p, h in default_handlers}
+    served = {template(p): served_methods(h) for p, h in default_handlers + wmla_handlers}
     documented = {path: {m for m in item if m in METHODS} for path, item in DOC["paths"].items()}
     assert served == documented
 

@@ -7,6 +7,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..compat.formats import EMETRICS_PATTERNS, emetrics_records
+
 # Events that carry training metrics and progress. Every worker computes the same values (the
 # reduction is global), so rank 0's copy is the job's.
 METRIC_EVENTS = frozenset({"train_begin", "step", "epoch"})
@@ -29,8 +31,9 @@ class EventTail:
     for the next call, or is skipped when it can never be completed (not valid JSON).
     """
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, patterns: tuple[str, ...] = ("events-*.jsonl",)) -> None:
         self.log_dir = log_dir
+        self.patterns = patterns
         self._offsets: dict[Path, int] = {}
         self._lock = threading.Lock()  # read from executor threads: each line goes out once
 
@@ -40,7 +43,8 @@ class EventTail:
 
     def _read_new(self) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = []
-        for path in sorted(self.log_dir.glob("events-*.jsonl")):
+        paths = {p for pattern in self.patterns for p in self.log_dir.glob(pattern)}
+        for path in sorted(paths):
             offset = self._offsets.get(path, 0)
             with path.open("rb") as f:
                 f.seek(offset)
@@ -56,3 +60,15 @@ class EventTail:
                     continue
         records.sort(key=lambda e: (e.get("time", 0.0), str(e.get("worker")), e.get("seq", 0)))
         return records
+
+
+class JobMetricsTail:
+    """A job's new metric records: rank 0's runtime events, then the lines of any WMLA
+    emetrics file its processes write (``compat.formats``)."""
+
+    def __init__(self, job_root: Path, log_dir: Path) -> None:
+        self.events = EventTail(log_dir)
+        self.emetrics = EventTail(job_root, EMETRICS_PATTERNS)
+
+    def read_new(self) -> list[dict[str, Any]]:
+        return metric_records(self.events.read_new()) + emetrics_records(self.emetrics.read_new())

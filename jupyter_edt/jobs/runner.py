@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..compat.fabric_home import ensure_fabric_home
+from ..compat.wmla import WMLA_MODEL_DIR, submitted_code_dir
 from ..launch.base import Launcher, ProcessHandle, ProcessSpec
 from ..launch.local import log_paths
 from ..runtime.jobdir import JobDir, write_json_atomic
 from ..scheduling.inventory import Device
-from .metrics import EventTail, metric_records
+from .metrics import JobMetricsTail
 
 if TYPE_CHECKING:
     from .service import JobService
@@ -50,7 +53,7 @@ class DriverRunner:
         self._service: JobService | None = None
         self._drivers: dict[str, ProcessHandle] = {}
         self._watchers: dict[str, asyncio.Task[None]] = {}
-        self._tails: dict[str, EventTail] = {}
+        self._tails: dict[str, JobMetricsTail] = {}
         self._collector: asyncio.Task[None] | None = None
 
     def attach(self, service: JobService) -> None:
@@ -125,7 +128,8 @@ class DriverRunner:
 
     def _follow(self, job_id: str, handle: ProcessHandle) -> None:
         self._drivers[job_id] = handle
-        self._tails[job_id] = EventTail(self.job_dir(job_id).logs)
+        d = self.job_dir(job_id)
+        self._tails[job_id] = JobMetricsTail(d.root, d.logs)
         if self._collector is None:
             self._collector = asyncio.create_task(self._collect())
         self._watchers[job_id] = asyncio.create_task(self._watch(job_id, handle))
@@ -162,21 +166,38 @@ class DriverRunner:
 
     # helpers ------------------------------------------------------------------------------
 
+    def fabric_home(self) -> Path:
+        """FABRIC_HOME: its libs/fabric.zip lets WMLA programs import FabricModel."""
+        return self.jobs_dir / ".fabric"
+
     def contract(self, job: dict[str, Any]) -> dict[str, str]:
-        """The environment every process of the job gets (the WMLA names included)."""
+        """The environment every process of the job gets (the WMLA names included; a WMLA
+        job's workers then get their own LOG_DIR, see ``runtime.worker``)."""
         d = self.job_dir(job["id"])
         return {
             "EDT_JOB_ID": job["id"],
             "EDT_JOB_DIR": str(d.root),
+            "EDT_MAX_GPUS": str(job["max_gpus"]),
             "RESULT_DIR": str(d.result),
             "LOG_DIR": str(d.logs),
             # where the program reads its data: the submitter's EDT_DATA_DIR, else its code
             "DATA_DIR": job["spec"]["env"].get("EDT_DATA_DIR", str(d.code)),
+            "SAVED_MODEL_DIR": str(d.result / "model"),
+            "RESUME_WEIGHT_PATH": str(d.result / "checkpoint"),
+            "FABRIC_HOME": str(self.fabric_home()),
+            "DLI_EXECID": job["id"],
+            "DLI_IS_ELASTIC": "true",
+            "DLI_WORK_DIR": str(d.code),
         }
 
     def _prepare(self, d: JobDir, job: dict[str, Any]) -> None:
         d.create()
+        ensure_fabric_home(self.fabric_home())
         spec = job["spec"]
+        if WMLA_MODEL_DIR in spec["env"]:  # an execs submission keeps a copy of its code
+            copy = submitted_code_dir(d.result, spec["env"][WMLA_MODEL_DIR])
+            if not copy.exists():
+                shutil.copytree(d.code, copy, symlinks=True)
         entry = d.code / spec["entrypoint"]
         if spec["code"] is not None:
             entry.write_text(spec["code"])
@@ -211,7 +232,7 @@ class DriverRunner:
         tails = {j: self._tails[j] for j in job_ids if j in self._tails}
 
         def read() -> dict[str, list[dict[str, Any]]]:
-            return {j: metric_records(t.read_new()) for j, t in tails.items()}
+            return {j: t.read_new() for j, t in tails.items()}
 
         batches = {j: r for j, r in (await asyncio.to_thread(read)).items() if r}
         if batches:

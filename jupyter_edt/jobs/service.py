@@ -139,8 +139,9 @@ class JobService:
         *,
         max_bytes: int,
         max_files: int = MAX_ARCHIVE_FILES,
+        subdir: str | None = None,
     ) -> dict[str, Any]:
-        """Submit a job whose code is an uploaded archive.
+        """Submit a job whose code is an uploaded archive (or its folder `subdir`).
 
         The archive is unpacked and its entrypoint found before any record exists, so a bad
         upload leaves neither a job nor a directory behind (SpecError naming `file` or
@@ -155,8 +156,11 @@ class JobService:
                 )
             except ValueError as err:
                 raise SpecError("file", str(err)) from err
-            _check_entrypoint(tree, spec.entrypoint)
-            return await self._submit_tree(user, spec, tree)
+            code = tree / subdir if subdir else tree
+            if not code.is_dir():
+                raise SpecError("file", f"the archive has no folder {subdir}")
+            _check_entrypoint(code, spec.entrypoint)
+            return await self._submit_tree(user, spec, code)
         finally:
             await asyncio.to_thread(shutil.rmtree, tree, True)
 
@@ -216,13 +220,13 @@ class JobService:
         await self.reschedule()
         return self.store.get_job(job_id)
 
-    async def cancel(self, user: str, job_id: str) -> dict[str, Any]:
+    async def cancel(self, user: str, job_id: str, *, verb: str = "cancelled") -> dict[str, Any]:
         job = self.get(user, job_id)
         if JobState(job["state"]) in TERMINAL:
             raise NotAllowed(f"Job {job_id} has already finished ({job['state']}).")
         if job["devices"] or job["state"] in ("STARTING", "RUNNING"):
             await self.runner.cancel(job)
-        self.store.set_state(job_id, JobState.CANCELLED, f"cancelled by {user}", now=self.clock())
+        self.store.set_state(job_id, JobState.CANCELLED, f"{verb} by {user}", now=self.clock())
         self.progress.forget(job_id)
         self._notify()
         await self.reschedule()

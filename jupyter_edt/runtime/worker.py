@@ -21,10 +21,22 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(int(os.environ.get("EDT_NUM_THREADS", "1")))
+    wmla_log_dir()
     sys.argv = list(args)
     sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
     runpy.run_path(args[0], run_name="__main__")
     return 0
+
+
+def wmla_log_dir() -> None:
+    """A WMLA exec's processes each have their own LOG_DIR, RESULT_DIR/log/<worker>, where
+    its elog and emetrics helpers write (``compat.wmla.process_log_dir``)."""
+    result, worker = os.environ.get("RESULT_DIR"), os.environ.get("EDT_WORKER_ID")
+    if os.environ.get("EDT_WMLA_MODEL_DIR") is None or not result or not worker:
+        return
+    log_dir = os.path.join(result, "log", worker)
+    os.makedirs(log_dir, exist_ok=True)
+    os.environ["LOG_DIR"] = log_dir
 
 
 if __name__ == "__main__":

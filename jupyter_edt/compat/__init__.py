@@ -1,0 +1,10 @@
+"""Run IBM WMLA Elastic Distributed Training programs unchanged (README: "WMLA programs").
+
+- ``fabric_model.FabricModel`` and ``callbacks`` are what such programs import (also as
+  ``pyedt.*`` and from ``$FABRIC_HOME/libs/fabric.zip``, built by ``fabric_home``); they run
+  on the runtime's ``Trainer`` in job workers and import torch. ``notebook``: ``train()`` in a
+  kernel submits the notebook's cells as a job.
+- ``wmla`` holds the names the runner and the worker share for execs.
+- ``formats`` (the emetrics and elog line formats), ``execargs`` (the execs ``args`` string)
+  and ``execs`` (the execs facade over ``JobService``) run in the server: no torch there.
+"""
