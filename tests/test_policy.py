@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+import math
+from collections import Counter, defaultdict
 from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jupyter_edt.scheduling.allocator import plan
+from jupyter_edt.scheduling.inventory import Device
 from jupyter_edt.scheduling.policy import (
     DeviceSlot,
     JobDemand,
@@ -52,6 +55,24 @@ def clusters(draw, max_devices: int = 10):
     return jobs, devices
 
 
+@st.composite
+def goodput_clusters(draw):
+    """Clusters whose jobs report remaining steps and throughput at some counts (or not)."""
+    jobs, devices = draw(clusters())
+    out = []
+    for job in jobs:
+        measured = None
+        if draw(st.booleans()):
+            counts = draw(st.lists(st.integers(1, 8), min_size=1, max_size=4, unique=True))
+            measured = {n: draw(st.floats(0.1, 100.0)) for n in counts}
+        remaining = draw(st.none() | st.floats(0.0, 1e5))
+        out.append(replace(job, remaining_steps=remaining, throughput=measured))
+    return out, devices
+
+
+#: Fair-share and priority read remaining steps and throughput only to order ties, so their
+#: properties must hold whether jobs report them or not.
+any_clusters = st.one_of(clusters(), goodput_clusters())
 policies = st.sampled_from(["fair-share", "priority"])
 
 
@@ -63,7 +84,7 @@ def totals(result, jobs, key):
 
 
 @settings(max_examples=300, deadline=None)
-@given(clusters(), policies, st.sampled_from([0.0, 30.0]))
+@given(any_clusters, policies, st.sampled_from([0.0, 30.0]))
 def test_no_device_twice_and_min_max_respected(case, policy, interval):
     jobs, devices = case
     result = allocate(jobs, devices, policy, now=100.0, min_rescale_interval=interval)
@@ -77,7 +98,7 @@ def test_no_device_twice_and_min_max_respected(case, policy, interval):
 
 
 @settings(max_examples=300, deadline=None)
-@given(clusters(), policies, st.sampled_from([0.0, 30.0]))
+@given(any_clusters, policies, st.sampled_from([0.0, 30.0]))
 def test_work_conserving(case, policy, interval):
     """No device idles while an admitted job is below its max."""
     jobs, devices = case
@@ -90,7 +111,7 @@ def test_work_conserving(case, policy, interval):
 
 
 @settings(max_examples=300, deadline=None)
-@given(clusters())
+@given(any_clusters)
 def test_fair_share_is_max_min_fair_between_users_then_jobs(case):
     jobs, devices = case
     result = allocate(jobs, devices, "fair-share")
@@ -117,7 +138,7 @@ def test_fair_share_is_max_min_fair_between_users_then_jobs(case):
 
 
 @settings(max_examples=300, deadline=None)
-@given(clusters())
+@given(any_clusters)
 def test_priority_serves_higher_priorities_first(case):
     jobs, devices = case
     result = allocate(jobs, devices, "priority")
@@ -144,7 +165,7 @@ def test_priority_serves_higher_priorities_first(case):
 
 
 @settings(max_examples=200, deadline=None)
-@given(clusters(), policies, st.randoms(use_true_random=False))
+@given(any_clusters, policies, st.randoms(use_true_random=False))
 def test_deterministic_and_independent_of_input_order(case, policy, rnd):
     jobs, devices = case
     first = allocate(jobs, devices, policy)
@@ -154,14 +175,82 @@ def test_deterministic_and_independent_of_input_order(case, policy, rnd):
     assert allocate(jobs, devices, policy) == first
 
 
+def fewest_nodes(devices: list[DeviceSlot], count: int) -> int:
+    """The fewest nodes of the cluster that can hold `count` devices."""
+    sizes = sorted(Counter(d.node for d in devices).values(), reverse=True)
+    return next(k for k in range(len(sizes) + 1) if sum(sizes[:k]) >= count)
+
+
 @settings(max_examples=300, deadline=None)
-@given(clusters(), policies)
-def test_jobs_keep_their_devices_when_their_count_does_not_drop(case, policy):
+@given(any_clusters, policies, st.sampled_from([0.0, 30.0]))
+def test_packed_jobs_keep_their_devices_when_their_count_does_not_drop(case, policy, interval):
+    """Rule: a job on as few nodes as its count allows, or rescaled less than the interval ago,
+    keeps every device it holds when its count does not drop. A split one keeps them too at the
+    same count, unless it moves onto fewer nodes or a job at least as big (placed before it)
+    took one of them."""
     jobs, devices = case
-    result = allocate(jobs, devices, policy)
+    result = allocate(jobs, devices, policy, now=100.0, min_rescale_interval=interval)
+    node_of = {d.id: d.node for d in devices}
+    holder = {d: j for j in jobs for d in result[j.id]}
     for job in jobs:
-        if job.current and len(result[job.id]) >= len(job.current):
-            assert set(job.current) <= set(result[job.id])
+        n = len(result[job.id])
+        if not job.current or n < len(job.current) or set(job.current) <= set(result[job.id]):
+            continue
+        assert job.last_rescale is None or 100.0 - job.last_rescale >= interval
+        before = len({node_of[d] for d in job.current})
+        assert before > fewest_nodes(devices, len(job.current))  # it was split
+        if n == len(job.current):
+            after = len({node_of[d] for d in result[job.id]})
+            taken = [holder[d] for d in job.current if d in holder and holder[d] is not job]
+            assert after < before or any(len(result[j.id]) >= n for j in taken)
+
+
+@settings(max_examples=300, deadline=None)
+@given(any_clusters)
+def test_leftover_devices_go_to_the_jobs_that_finish_first(case):
+    """Rule: where devices do not split evenly, a user gets one more than another only if its
+    job would finish first (remaining time from its reports, unknown last, then submission)."""
+    jobs, devices = case
+    jobs = [replace(j, user=j.id) for j in jobs]  # one job per user: ties between jobs
+    result = allocate(jobs, devices, "fair-share")
+
+    def finish(job: JobDemand) -> tuple[float, float, str]:
+        if job.remaining_steps is None or not job.throughput:
+            return (math.inf, job.submitted, job.id)
+        now = min(max(len(job.current), job.min_gpus), job.max_gpus)
+        return (job.remaining_steps / throughput_curve(job, now)[now], job.submitted, job.id)
+
+    for u in jobs:
+        for v in jobs:
+            nu, nv = len(result[u.id]), len(result[v.id])
+            if nv and nu == nv + 1 and nu > u.min_gpus and nv < v.max_gpus:
+                assert finish(u) <= finish(v)
+
+
+def test_a_split_job_moves_onto_one_node_when_one_frees():
+    """2 GPUs over two nodes, and node n1 is free again: the job moves there whole."""
+    devices = slots(2, nodes=2)
+    split = JobDemand("a", "ana", max_gpus=2, current=("n0g0", "n1g0"))
+    other = JobDemand("b", "bo", max_gpus=1, current=("n0g1",), submitted=1)
+    result = allocate([split, other], devices)
+    assert result == {"a": ["n1g0", "n1g1"], "b": ["n0g1"]}
+    # with nowhere better to go, it stays where it is
+    stay = JobDemand("c", "cy", max_gpus=1, current=("n1g1",), submitted=2)
+    result = allocate([split, other, stay], devices)
+    assert result["a"] == ["n0g0", "n1g0"]
+
+
+def test_the_device_left_over_goes_to_the_job_that_finishes_first():
+    curve = {1: 10.0, 2: 20.0}
+    long = JobDemand("long", "ana", max_gpus=4, remaining_steps=9000, throughput=curve)
+    short = JobDemand("short", "bo", max_gpus=4, submitted=1, remaining_steps=100, throughput=curve)
+    silent = JobDemand("silent", "cy", max_gpus=4, submitted=2)
+    result = allocate([long, short, silent], slots(4))
+    assert [len(result[j]) for j in ("short", "long", "silent")] == [2, 1, 1]
+    # without reports, submission order decides, as before
+    quiet = [replace(j, remaining_steps=None) for j in (long, short)]
+    result = allocate([*quiet, silent], slots(4))
+    assert [len(result[j]) for j in ("short", "long", "silent")] == [1, 2, 1]
 
 
 def slots(n: int, nodes: int = 1) -> list[DeviceSlot]:
@@ -277,21 +366,6 @@ def test_stability_does_not_crash_when_a_frozen_job_no_longer_fits():
 # ---- goodput -------------------------------------------------------------------------------
 
 
-@st.composite
-def goodput_clusters(draw):
-    """Clusters whose jobs report remaining steps and throughput at some counts (or not)."""
-    jobs, devices = draw(clusters())
-    out = []
-    for job in jobs:
-        measured = None
-        if draw(st.booleans()):
-            counts = draw(st.lists(st.integers(1, 8), min_size=1, max_size=4, unique=True))
-            measured = {n: draw(st.floats(0.1, 100.0)) for n in counts}
-        remaining = draw(st.none() | st.floats(0.0, 1e5))
-        out.append(replace(job, remaining_steps=remaining, throughput=measured))
-    return out, devices
-
-
 @settings(max_examples=300, deadline=None)
 @given(goodput_clusters(), st.sampled_from([0.0, 30.0]))
 def test_goodput_no_device_twice_and_min_max_respected(case, interval):
@@ -404,3 +478,32 @@ def test_goodput_packs_a_growing_job_on_one_node():
     result = allocate([a, b], devices, "goodput")
     assert len(result["a"]) == 4 and {d[:2] for d in result["a"]} == {"n1"}
     assert result["b"] == ["n0g2"]
+
+
+def test_orders_free_devices_before_another_job_takes_them():
+    """Two split jobs are packed: "a" onto node n0, where "b" still holds a device, and "b"
+    onto n2. "a" sorts first, yet its order waits for "b" to leave n0."""
+    devices = [
+        Device(f"n{n}g{g}", 2 * n + g, f"n{n}", f"uuid-{n}{g}", "virtual", True)
+        for n in range(3)
+        for g in range(2)
+    ]
+    jobs = [
+        {
+            "id": job_id,
+            "user": job_id,
+            "state": "RUNNING",
+            "min_gpus": 1,
+            "max_gpus": 2,
+            "priority": 0,
+            "created": created,
+            "devices": held,
+            "rescaled": None,
+        }
+        for job_id, created, held in (("a", 0.0, ["n0g0", "n1g0"]), ("b", 1.0, ["n0g1", "n2g0"]))
+    ]
+    orders = plan(jobs, devices, "fair-share", now=0.0, min_rescale_interval=0.0)
+    assert [(o.job_id, o.action, o.devices) for o in orders] == [
+        ("b", "resize", ("n2g0", "n2g1")),
+        ("a", "resize", ("n0g0", "n0g1")),
+    ]

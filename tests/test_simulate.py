@@ -138,3 +138,28 @@ def test_rescale_cost_is_an_option_and_costs_time(tiny):
     dear = sim.simulate(tiny, sim.Options(policy="fair-share", nodes=2, rescale_cost=30.0))
     assert cheap["rescales"] > 0
     assert dear["avg_jct_s"] > cheap["avg_jct_s"]
+
+
+@pytest.mark.parametrize("name", ["fair-share", "goodput"])
+def test_auto_max_and_reports_reach_the_policy(tiny, monkeypatch, apps, name):
+    """`auto`: a fair-share user asks for num_replicas as max, a goodput user leaves it to the
+    policy; both policies are told remaining steps and measured throughput, like the service."""
+    calls = []
+
+    def spy(jobs, devices, policy_name, **kw):
+        jobs = list(jobs)
+        calls.append(jobs)
+        return policy.allocate(jobs, devices, policy_name, **kw)
+
+    monkeypatch.setattr(sim, "allocate", spy)
+    out = sim.simulate(tiny, sim.Options(policy=name, nodes=2))
+    assert out["max_gpus"] == ("scalable" if name == "goodput" else "requested")
+    with tiny.open(newline="") as f:
+        rows = {r["name"]: r for r in csv.DictReader(f)}
+    for job in calls[0]:
+        row = rows[job.id]
+        batch, replicas = int(row["batch_size"]), int(row["num_replicas"])
+        scalable = apps[row["application"]].max_replicas(batch)
+        assert job.max_gpus == min(8, scalable if name == "goodput" else replicas)
+    later = [j for jobs in calls[1:] for j in jobs if j.current]
+    assert later and all(j.remaining_steps is not None and j.throughput for j in later)

@@ -28,11 +28,16 @@ Policies:
 - ``fair-share``, ``priority``, ``goodput``: jupyter-edt's policies, through the same
   `jupyter_edt.scheduling.policy.allocate` the job service calls, on `DeviceSlot`s for the
   cluster. Each job is its own user (the workloads name none), has priority 0 (so `priority`
-  equals `fair-share` here), min 1 GPU and max ``--max-gpus``: ``scalable`` (default) is as
-  many GPUs as the fixed batch splits over with each GPU at least the smallest measured
-  micro-batch (what a user who leaves the max to the scheduler gets), ``requested`` is the
-  workload's ``num_replicas``. `goodput` is told each job's remaining steps and the steps/s it
-  ran at on each GPU count so far, nothing else.
+  equals `fair-share` here), min 1 GPU and max ``--max-gpus``: ``scalable`` is as many GPUs as
+  the fixed batch splits over with each GPU at least the smallest measured micro-batch (what a
+  user who leaves the max to the scheduler gets), ``requested`` is the workload's
+  ``num_replicas`` (the count the user tuned the job for and would ask a static scheduler
+  for). ``auto`` (default) is what a user of each policy would set: ``requested`` under
+  `fair-share` and `priority`, which hand out devices up to the max whether they speed a job
+  up or not (work-conserving), ``scalable`` under `goodput`, which stops each job where it
+  stops getting faster by itself. Like the job service, the policies are told each job's
+  remaining steps and the steps/s it ran at on each GPU count so far, nothing else
+  (`fair-share` and `priority` use them only to order ties).
 
 ``--all`` runs every policy on every workload and prints the table (or JSON with ``--json``).
 """
@@ -172,8 +177,11 @@ def read_workload(path: str | Path, apps: dict[str, Application], max_gpus: str)
     """Jobs of a workload CSV (name,time,application,num_replicas,batch_size), in file order.
 
     ``max_gpus`` is the elastic policies' cap: ``requested`` (num_replicas, what the user asked
-    for) or ``scalable`` (as many as the batch can be split over, at most the cluster).
+    for) or ``scalable`` (as many as the batch can be split over, at most the cluster); see
+    `max_gpus_rule` for ``auto``.
     """
+    if max_gpus not in ("requested", "scalable"):
+        raise ValueError(f"max_gpus must be 'requested' or 'scalable', got {max_gpus!r}.")
     jobs = []
     with Path(path).open(newline="") as f:
         for row in csv.DictReader(f):
@@ -261,7 +269,7 @@ class Options:
     rescale_cost: float = DEFAULT_RESCALE_S
     start_cost: float = DEFAULT_START_S
     restart_cost: float = PUBLISHED_RESTART_S
-    max_gpus: str = "scalable"
+    max_gpus: str = "auto"
     min_rescale_interval: float = 30.0
     data: str | None = None
 
@@ -269,7 +277,7 @@ class Options:
 def simulate(workload: str | Path, opts: Options) -> dict[str, Any]:
     """Run one workload under one policy; JCT and cluster statistics."""
     apps = load_applications(opts.data)
-    jobs = read_workload(workload, apps, opts.max_gpus)
+    jobs = read_workload(workload, apps, max_gpus_rule(opts.policy, opts.max_gpus))
     size = opts.nodes * opts.gpus_per_node
     for job in jobs:  # on a smaller cluster than the workload's, a job asks for all of it
         job.replicas = min(job.replicas, size)
@@ -321,6 +329,14 @@ def simulate(workload: str | Path, opts: Options) -> dict[str, Any]:
     return _summary(jobs, opts, workload, allocate_s, calls)
 
 
+def max_gpus_rule(policy: str, max_gpus: str) -> str:
+    """``auto``: ``scalable`` under `goodput` (it stops at each job's knee by itself), else
+    ``requested`` (work-conserving policies give devices up to the max, useful or not)."""
+    if max_gpus != "auto":
+        return max_gpus
+    return "scalable" if policy == "goodput" else "requested"
+
+
 def _policy(name: str) -> PolicyName:
     """`static` is `fair-share` with every job's min = max = num_replicas: FCFS, no preemption."""
     return "fair-share" if name == "static" else name  # type: ignore[return-value]
@@ -348,8 +364,8 @@ def _demands(active: Sequence[SimJob], policy: str) -> list[JobDemand]:
             submitted=j.submitted,
             current=j.alloc,
             last_rescale=j.last_change,
-            remaining_steps=j.remaining_steps() if policy == "goodput" else None,
-            throughput=dict(j.measured) if policy == "goodput" else None,
+            remaining_steps=j.remaining_steps(),
+            throughput=dict(j.measured),
         )
         for j in active
     ]
@@ -398,7 +414,7 @@ def _summary(
         "rescales": sum(j.rescales for j in jobs),
         "rescale_cost_s": opts.rescale_cost,
         "start_cost_s": opts.start_cost,
-        "max_gpus": opts.max_gpus,
+        "max_gpus": max_gpus_rule(opts.policy, opts.max_gpus),
         "allocate_calls": calls,
         "allocate_mean_ms": 1000 * allocate_s / max(calls, 1),
     }
@@ -432,9 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--max-gpus",
-        choices=("scalable", "requested"),
-        default="scalable",
-        help="elastic jobs' max: as many GPUs as the batch splits over, or num_replicas",
+        choices=("auto", "scalable", "requested"),
+        default="auto",
+        help="elastic jobs' max: as many GPUs as the batch splits over, num_replicas, or "
+        "auto: num_replicas under fair-share and priority, scalable under goodput",
     )
     ap.add_argument("--min-rescale-interval", type=float, default=30.0)
     ap.add_argument("--data", help="Pollux data folder (default: $EDT_POLLUX_DATA or shared/)")

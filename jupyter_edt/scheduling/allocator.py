@@ -38,7 +38,7 @@ def plan(
     """Orders that take the jobs from their current devices to the policy's target.
 
     `progress` gives, per job, its remaining steps and its measured steps/s at each GPU count
-    (what the goodput policy uses; the others ignore it).
+    (goodput schedules by them; fair-share and priority order ties by the remaining time).
     """
     progress = progress or {}
     active = [j for j in jobs if j["state"] in SCHEDULED_STATES]
@@ -74,4 +74,30 @@ def plan(
         else:
             orders.append(Order(job["id"], "resize", want))
     # Free devices before anyone takes them: suspensions and shrinks come first.
-    return sorted(orders, key=lambda o: (change[o.job_id], o.job_id))
+    orders.sort(key=lambda o: (change[o.job_id], o.job_id))
+    return _release_first(orders, {d: j["id"] for j in active for d in j["devices"]})
+
+
+def _release_first(orders: list[Order], holder: Mapping[str, str]) -> list[Order]:
+    """`orders` reordered so that each comes after the orders of the jobs holding its devices.
+
+    A job the policy moves to other nodes may take devices that another moving job still
+    holds; applied first, it would share them for a moment. Among the orders free to go,
+    the earliest in the given order goes first; a cycle (two jobs swapping devices) is
+    broken in that order.
+    """
+    pending = {o.job_id for o in orders}
+
+    def blocked(order: Order) -> bool:
+        return any(
+            holder.get(d, order.job_id) != order.job_id and holder[d] in pending
+            for d in order.devices
+        )
+
+    orders = list(orders)
+    out: list[Order] = []
+    while orders:
+        i = next((k for k, o in enumerate(orders) if not blocked(o)), 0)
+        pending.discard(orders[i].job_id)
+        out.append(orders.pop(i))
+    return out

@@ -1,7 +1,7 @@
 """Who gets which device: a pure function of the jobs and the devices.
 
 No I/O, no clock, no globals: the allocator passes `now` in, so every decision can be replayed
-and property-tested. The policy works in three steps:
+and property-tested. The policy works in four steps:
 
 1. Levels. `fair-share` has one level; `priority` has one per priority, highest first. Each
    level is served completely before the next one sees what is left, so a lower-priority job
@@ -12,8 +12,15 @@ and property-tested. The policy works in three steps:
 3. Counts, in a level. Admitted jobs get their minimum, then the free devices are handed out
    one by one, max-min fair between users and then between each user's jobs, never past a
    job's maximum. A job is below its maximum only when no device idles (work conservation).
-4. Placement. A job keeps the devices it holds where it can (fewest moves) and takes new ones
-   on the node where it already runs, else on the node with the most free devices (packing).
+   Devices that do not split evenly go to the users and jobs expected to finish first (by
+   the remaining steps and throughput jobs report, unknown last, then submission order):
+   fairness fixes every count up to that one device, and finishing a job sooner gives its
+   devices to all the others sooner (`_finish_order`).
+4. Placement. A job that sits on as few nodes as its count allows keeps the devices it holds
+   (fewest moves) and grows on its own nodes first. New jobs and jobs split over more nodes
+   than they need are placed afresh, biggest first, on the fewest nodes (packing: a job split
+   over nodes synchronises over the network and runs slower); a split job that would gain no
+   node keeps its devices (`_place`).
 
 Stability: a running job rescaled less than `min_rescale_interval` ago keeps its device count,
 unless a waiting job is being admitted or devices would otherwise idle.
@@ -33,7 +40,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -69,10 +76,11 @@ class JobDemand:
     current: tuple[str, ...] = ()
     last_rescale: float | None = None
     #: Optimizer steps left (epochs x dataset size / effective batch, less the steps done). The
-    #: effective batch is constant, so this does not depend on the device count. `goodput` only.
+    #: effective batch is constant, so this does not depend on the device count. `goodput`
+    #: schedules by it; `fair-share` and `priority` only order ties by it (`_finish_order`).
     remaining_steps: float | None = None
-    #: Throughput measured at each device count the job ran on (steps/s or samples/s: only
-    #: ratios within a job matter). `goodput` only; unmeasured counts: `throughput_curve`.
+    #: Throughput measured at each device count the job ran on, in steps/s (with
+    #: `remaining_steps`, it gives the remaining time). Unmeasured counts: `throughput_curve`.
     throughput: Mapping[int, float] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
@@ -130,7 +138,12 @@ def allocate(
                 counts = steady
     if policy == "goodput":
         return _repack(jobs, counts, devices, held)
-    return _place(jobs, counts, devices, held)
+    recent = {
+        j.id
+        for j in jobs
+        if j.last_rescale is not None and now - j.last_rescale < min_rescale_interval
+    }
+    return _place(jobs, counts, devices, held, recent)
 
 
 def _levels(jobs: Sequence[JobDemand], policy: PolicyName) -> list[list[JobDemand]]:
@@ -153,6 +166,13 @@ def _count(
     """Device counts of the admitted jobs; a job missing from the answer waits."""
     counts: dict[str, int] = {}
     free = capacity
+    finish: dict[str, tuple[float, float]] = {}
+
+    def order(job: JobDemand) -> tuple[float, float]:
+        if job.id not in finish:
+            finish[job.id] = _finish_order(job, len(held[job.id]))
+        return finish[job.id]
+
     for level in _levels(jobs, policy):
         admitted = []
         running = [j for j in level if held[j.id]]
@@ -169,48 +189,67 @@ def _count(
             admitted.append(job)
             counts[job.id] = job.min_gpus
             free -= job.min_gpus
-        free = _fill(admitted, counts, free, skip=set(frozen))
+        free = _fill(admitted, counts, free, order, skip=set(frozen))
     if free > 0 and frozen:
         # Stability never leaves a device idle: frozen jobs may still grow into what is left.
         # (A frozen job that no longer fits is not admitted here; `allocate` then drops this
         # count, as stability never suspends a job.)
         grown = [j for j in jobs if j.id in frozen and j.id in counts]
-        free = _fill(grown, counts, free, skip=set())
+        free = _fill(grown, counts, free, order, skip=set())
     return counts
 
 
-def _fill(level: Sequence[JobDemand], counts: dict[str, int], free: int, skip: set[str]) -> int:
+def _finish_order(job: JobDemand, held: int) -> tuple[float, float]:
+    """Who gets a device left over after an even split: the job expected to finish first.
+
+    Its remaining time (`_remaining_time`) when it reported remaining steps and throughput,
+    else after those that did; then submission order. Finishing a job sooner hands its devices
+    to everyone still running (shortest remaining time first), and evenness is kept: the
+    order only decides which of the tied users and jobs get one device more.
+    """
+    left = _remaining_time(job, held)
+    return (math.inf if left is None else left, job.submitted)
+
+
+def _fill(
+    level: Sequence[JobDemand],
+    counts: dict[str, int],
+    free: int,
+    finish: Callable[[JobDemand], tuple[float, float]],
+    skip: set[str],
+) -> int:
     """Hand out `free` devices one at a time, max-min fair between users, then their jobs.
 
-    Each device goes to the user holding fewest devices in `level` (earliest first submission,
-    then name, on ties), and to that user's job holding fewest (earliest, then id). Heaps keep
-    this O(devices x log jobs), which matters at a thousand jobs.
+    Each device goes to the user holding fewest devices in `level`, and to that user's job
+    holding fewest. Ties (the devices that do not split evenly) go by `finish`: to the user
+    whose job would finish first, to that user's job that would finish first, then by id.
+    Heaps keep this O(devices x log jobs), which matters at a thousand jobs.
     """
     user_total: dict[str, int] = defaultdict(int)
     for job in level:
         user_total[job.user] += counts[job.id]
-    first_submit: dict[str, float] = {}
-    jobs_of: dict[str, list[tuple[int, float, str, JobDemand]]] = defaultdict(list)
+    first: dict[str, tuple[float, float]] = {}
+    jobs_of: dict[str, list[tuple[int, tuple[float, float], str, JobDemand]]] = defaultdict(list)
     for job in level:
-        if job.id in skip:
+        if job.id in skip or counts[job.id] >= job.max_gpus:
             continue
-        first_submit[job.user] = min(first_submit.get(job.user, math.inf), job.submitted)
-        if counts[job.id] < job.max_gpus:
-            jobs_of[job.user].append((counts[job.id], job.submitted, job.id, job))
-    users = [(user_total[u], first_submit[u], u) for u in jobs_of]
+        key = finish(job)
+        first[job.user] = min(first.get(job.user, (math.inf, math.inf)), key)
+        jobs_of[job.user].append((counts[job.id], key, job.id, job))
+    users = [(user_total[u], first[u], u) for u in jobs_of]
     heapq.heapify(users)
     for mine in jobs_of.values():
         heapq.heapify(mine)
     while free > 0 and users:
-        total, first, user = heapq.heappop(users)
+        total, soonest, user = heapq.heappop(users)
         mine = jobs_of[user]
-        n, submitted, job_id, job = heapq.heappop(mine)
+        n, key, job_id, job = heapq.heappop(mine)
         counts[job_id] = n + 1
         free -= 1
         if n + 1 < job.max_gpus:
-            heapq.heappush(mine, (n + 1, submitted, job_id, job))
+            heapq.heappush(mine, (n + 1, key, job_id, job))
         if mine:
-            heapq.heappush(users, (total + 1, first, user))
+            heapq.heappush(users, (total + 1, soonest, user))
     return free
 
 
@@ -227,44 +266,120 @@ def _place(
     counts: dict[str, int],
     devices: Sequence[DeviceSlot],
     held: dict[str, list[str]],
+    recent: set[str],
 ) -> Allocation:
+    """Placement for `fair-share` and `priority`: packed jobs stay, split ones are re-placed.
+
+    A job is packed when its devices span no more nodes than its count needs on this cluster
+    (`_fewest_nodes`). Split over more, it synchronises over the network and can run much
+    slower (yolov3 on 2+1 GPUs at 0.68x its speed on 3 GPUs of one node in the Pollux
+    measurements), and equal shares that change with every arrival and departure fragment the
+    nodes quickly. So:
+    1. A job whose kept devices (up to its count, on the nodes where it holds most) are packed
+       keeps them: it never moves, and a growing one first takes what is free on its nodes.
+       So does a job rescaled less than `min_rescale_interval` ago (`recent`), packed or not.
+    2. The other jobs (new, or split) are placed afresh from the free devices, theirs included,
+       biggest count first, each on the fewest nodes that can hold it (`_take`: best fit,
+       its own devices on ties). A split job that would not end on fewer nodes keeps its
+       devices instead, when no bigger job took them. An in-place rescale moves devices at
+       the cost of a resize, so this trades a few moves for placements that run faster.
+    """
     node_of = {d.id: d.node for d in devices}
     order = {d.id: i for i, d in enumerate(devices)}
+    node_rank = {n: i for i, n in enumerate(dict.fromkeys(node_of.values()))}
+    fewest = _fewest_nodes(devices)
     result: Allocation = {j.id: [] for j in jobs}
     taken: set[str] = set()
+    placing = []
     for job in jobs:
-        keep = _keep(held[job.id], counts.get(job.id, 0), node_of, order)
-        result[job.id] = keep
-        taken.update(keep)
-    # Then grow, biggest need first, packing each job onto as few nodes as possible: first the
-    # nodes where it holds most, then the node with the most free devices (it fits the whole
-    # remainder if any node does), always the lowest free devices there. A chosen node stays
-    # the best choice until the job has drained it, so a job takes what it needs of a node at
-    # once: O(jobs x nodes) instead of O(devices x devices).
+        want = counts.get(job.id, 0)
+        if not want:
+            continue
+        keep = _keep(held[job.id], want, node_of, order)
+        if keep and (job.id in recent or len({node_of[d] for d in keep}) <= fewest[len(keep)]):
+            result[job.id] = keep
+            taken.update(keep)
+        if len(result[job.id]) < want:
+            placing.append(job)
     free_on = _free_by_node(devices, taken)
-    need = sorted(
-        (j for j in jobs if counts.get(j.id, 0) > len(result[j.id])),
-        key=lambda j: (-(counts[j.id] - len(result[j.id])), j.submitted, j.id),
-    )
-    for job in need:
+    placing.sort(key=lambda j: (-counts[j.id], j.submitted, j.id))
+    for job in placing:
+        want = counts[job.id]
         got = result[job.id]
-        mine = Counter(node_of[d] for d in got)
-        while len(got) < counts[job.id]:
-            missing = counts[job.id] - len(got)
-            node = min(
-                (n for n, ids in free_on.items() if ids),
-                key=lambda n: (
-                    -mine[n],
-                    -min(len(free_on[n]), missing),
-                    -len(free_on[n]),
-                    order[free_on[n][0]],
-                ),
-            )
-            take = free_on[node][:missing]
-            del free_on[node][:missing]
-            got.extend(take)
-            mine[node] += len(take)
+        if got:  # packed and growing: what is free on its own nodes first
+            for node, _ in Counter(node_of[d] for d in got).most_common():
+                take = free_on[node][: want - len(got)]
+                del free_on[node][: len(take)]
+                got.extend(take)
+            if len(got) < want:
+                got.extend(_take(free_on, want - len(got), set(), node_rank, order))
+            continue
+        kept = _keep(held[job.id], want, node_of, order)
+        if (
+            len(kept) == want
+            and all(d in free_on[node_of[d]] for d in kept)
+            and _fewest_free(free_on, want) >= len({node_of[d] for d in kept})
+        ):
+            for d in kept:
+                free_on[node_of[d]].remove(d)
+            result[job.id] = kept
+        else:
+            result[job.id] = _take(free_on, want, set(held[job.id]), node_rank, order)
     return {job_id: sorted(ids, key=order.__getitem__) for job_id, ids in result.items()}
+
+
+def _fewest_nodes(devices: Sequence[DeviceSlot]) -> list[int]:
+    """For each count 0..len(devices), the fewest nodes of the cluster that can hold it."""
+    sizes = sorted(Counter(d.node for d in devices).values(), reverse=True)
+    out = [0]
+    held = 0
+    for nodes, size in enumerate(sizes, start=1):
+        held += size
+        out.extend([nodes] * (held - len(out) + 1))
+    return out
+
+
+def _fewest_free(free_on: dict[str, list[str]], want: int) -> int:
+    """How many nodes `_take` spreads `want` free devices over (largest free nodes first)."""
+    nodes = 0
+    for free in sorted((len(ids) for ids in free_on.values()), reverse=True):
+        if want <= 0:
+            break
+        want -= free
+        nodes += 1
+    return nodes
+
+
+def _take(
+    free_on: dict[str, list[str]],
+    want: int,
+    own: set[str],
+    node_rank: dict[str, int],
+    order: dict[str, int],
+) -> list[str]:
+    """Take `want` free devices on as few nodes as possible, removing them from `free_on`.
+
+    Each time the node that fits most of what is still missing, preferring the node with most
+    of the job's `own` free devices, then the fullest such node (best fit, to keep room
+    elsewhere), then node order; the job's own devices first there. Taking the largest
+    fitting node each time spreads a job over the fewest nodes there are.
+    """
+    got: list[str] = []
+    while len(got) < want:
+        missing = want - len(got)
+        node = max(
+            (n for n, ids in free_on.items() if ids),
+            key=lambda n: (
+                min(len(free_on[n]), missing),
+                sum(d in own for d in free_on[n]),
+                -len(free_on[n]),
+                -node_rank[n],
+            ),
+        )
+        take = sorted(free_on[node], key=lambda d: (d not in own, order[d]))[:missing]
+        free_on[node] = [d for d in free_on[node] if d not in take]
+        got.extend(take)
+    return got
 
 
 def _free_by_node(devices: Sequence[DeviceSlot], taken: set[str]) -> dict[str, list[str]]:
@@ -407,12 +522,19 @@ def _rank_by_remaining_time(
     Remaining time: remaining steps over the throughput at the count the job runs on now (its
     minimum if it holds nothing or more than its max). Ties go to the earlier job.
     """
-    remaining = {}
-    for job in jobs:
-        now = min(max(len(held[job.id]), job.min_gpus), job.max_gpus)
-        remaining[job.id] = job.remaining_steps / throughput_curve(job, now)[now]  # type: ignore[operator]
+    remaining = {j.id: _remaining_time(j, len(held[j.id])) for j in jobs}
     ranked = sorted(jobs, key=lambda j: (remaining[j.id], j.submitted, j.id))
     return {j.id: len(ranked) - i for i, j in enumerate(ranked)}
+
+
+def _remaining_time(job: JobDemand, held: int) -> float | None:
+    """Remaining steps over the throughput at the count `job` runs on now (its minimum if it
+    holds nothing or more than its max); None when it reported either not at all."""
+    measured = _measured(job) if job.remaining_steps is not None else None
+    if not measured:
+        return None
+    now = min(max(held, job.min_gpus), job.max_gpus)
+    return job.remaining_steps / _curve(measured, now)[now]  # type: ignore[operator]
 
 
 def _grow(
@@ -471,9 +593,7 @@ def _repack(
     whose count grows is rescaled anyway, and the runtime's in-place rescale moves devices in
     the same generation change, so moving costs nothing more. Jobs that keep or lower their
     count keep their devices (on the nodes where they hold most). Growing jobs, biggest first,
-    then take whole nodes' worth: each time the node that fits most of what is still missing,
-    preferring the node with most of the job's own free devices, then the fullest such node
-    (best fit, to keep room elsewhere), then node order; the job's own devices first there.
+    then take devices on the fewest nodes that hold them (`_take`).
     """
     node_of = {d.id: d.node for d in devices}
     order = {d.id: i for i, d in enumerate(devices)}
@@ -492,20 +612,5 @@ def _repack(
     free_on = _free_by_node(devices, taken)
     grow.sort(key=lambda j: (-counts[j.id], j.submitted, j.id))
     for job in grow:
-        own = set(held[job.id])
-        got = result[job.id]
-        while len(got) < counts[job.id]:
-            missing = counts[job.id] - len(got)
-            node = max(
-                (n for n, ids in free_on.items() if ids),
-                key=lambda n: (
-                    min(len(free_on[n]), missing),
-                    sum(d in own for d in free_on[n]),
-                    -len(free_on[n]),
-                    -node_rank[n],
-                ),
-            )
-            take = sorted(free_on[node], key=lambda d: (d not in own, order[d]))[:missing]
-            free_on[node] = [d for d in free_on[node] if d not in take]
-            got.extend(take)
+        result[job.id] = _take(free_on, counts[job.id], set(held[job.id]), node_rank, order)
     return {job_id: sorted(ids, key=order.__getitem__) for job_id, ids in result.items()}
