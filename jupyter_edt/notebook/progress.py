@@ -15,15 +15,30 @@ import sys
 import time
 from typing import Any, TextIO
 
+# fields of an emetrics record (``compat.formats.emetrics_record``) that are not its values
+EMETRICS_FIELDS = frozenset({"type", "id", "time", "group", "iteration", "rindex", "subid"})
+
+
+def emetrics_values(record: dict[str, Any]) -> dict[str, float]:
+    """The numeric values of an emetrics record, by name (strings are not plotted)."""
+    return {
+        k: v
+        for k, v in record.items()
+        if k not in EMETRICS_FIELDS and isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
 
 class MetricsTracker:
-    """Follows a job's metric records by cursor and keeps what the progress line shows."""
+    """Follows a job's metric records by cursor and keeps what the progress line shows:
+    the runtime's last step and epoch records, and a WMLA program's last emetrics record of
+    each group (``train``, ``test``), the program's own loop reporting only those."""
 
     def __init__(self) -> None:
         self.cursor = 0
         self.step: dict[str, Any] | None = None
         self.epoch: dict[str, Any] | None = None
         self.steps_per_epoch: int | None = None
+        self.emetrics: dict[str, dict[str, Any]] = {}
 
     def add(self, records: list[dict[str, Any]]) -> None:
         for record in records:
@@ -38,10 +53,24 @@ class MetricsTracker:
                     self.steps_per_epoch = max(
                         self.steps_per_epoch or 0, int(self.step.get("step", 0)) + 1
                     )
+            elif kind == "emetrics":
+                self._add_emetrics(record)
+
+    def _add_emetrics(self, record: dict[str, Any]) -> None:
+        """Keep the record of the furthest iteration per group (several processes may log
+        the same iterations, and their files are read one after the other)."""
+        group, iteration = record.get("group"), record.get("iteration")
+        if not isinstance(group, str) or not isinstance(iteration, int | float):
+            return
+        last = self.emetrics.get(group)
+        if last is None or iteration > last["iteration"]:
+            self.emetrics[group] = record
 
 
 def format_line(job: Any, tracker: MetricsTracker | None, elapsed: float) -> str:
-    """``name [id] STATE | GPUs n/max | epoch e/E [###---] step s | loss x | 0:01:05``."""
+    """``name [id] STATE | GPUs n/max | epoch e/E [###---] step s | loss x | 0:01:05``; a WMLA
+    program that reports only emetrics gets ``iteration n | loss x accuracy y | test loss x``
+    in place of the epoch, step and loss parts."""
     parts = [f"{job.name or 'job'} [{job.id}] {job.state}"]
     if job.state in ("STARTING", "RUNNING", "SUSPENDED") or job.devices:
         parts.append(f"GPUs {len(job.devices)}/{job.max_gpus}")
@@ -63,12 +92,34 @@ def format_line(job: Any, tracker: MetricsTracker | None, elapsed: float) -> str
         parts.append(f"{text} step {steps_done}")
         if isinstance(step.get("loss"), int | float):
             parts.append(f"loss {step['loss']:.4g}")
-    if tracker and tracker.epoch and isinstance(tracker.epoch.get("val_loss"), int | float):
-        parts.append(f"val_loss {tracker.epoch['val_loss']:.4g}")
+    val_loss = tracker.epoch.get("val_loss") if tracker and tracker.epoch else None
+    has_val = isinstance(val_loss, int | float)
+    if has_val:
+        parts.append(f"val_loss {val_loss:.4g}")
+    if tracker is not None:
+        parts += _emetrics_parts(tracker, steps=step is not None, val=has_val)
     parts.append(_clock(elapsed))
     if job.done and job.reason and job.state != "SUCCEEDED":
         parts.append(job.reason.splitlines()[0][:120])
     return " | ".join(parts)
+
+
+def _emetrics_parts(tracker: MetricsTracker, *, steps: bool, val: bool) -> list[str]:
+    """``iteration n | loss x accuracy y | test loss x accuracy y`` from a WMLA program's
+    emetrics, each part only where the runtime's step and epoch records do not say it."""
+    parts = []
+    train, test = tracker.emetrics.get("train"), tracker.emetrics.get("test")
+    if train is not None and not steps:
+        parts.append(f"iteration {train['iteration']}")
+        if values := emetrics_values(train):
+            parts.append(_values_text(values))
+    if test is not None and not val and (values := emetrics_values(test)):
+        parts.append("test " + _values_text(values))
+    return parts
+
+
+def _values_text(values: dict[str, float], most: int = 3) -> str:
+    return " ".join(f"{name} {value:.4g}" for name, value in list(values.items())[:most])
 
 
 def bar(fraction: float, width: int = 20) -> str:

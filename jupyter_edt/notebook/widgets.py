@@ -4,7 +4,10 @@
 allocation timeline, progress, a live loss chart, a log tail, and cancel / priority / max-GPU
 controls. Its model syncs only the job's identity; the browser fetches the job, its metrics and
 logs from the REST API and follows the events WebSocket itself, so the widget keeps updating
-while the kernel runs other cells, and after a page reload.
+while the kernel runs other cells, and after a page reload. The browser turns the metric records
+into chart series (``src/charts/series.ts``, shared with the lab's job detail tab): train loss
+by step, validation per epoch, and a WMLA program's emetrics as ``train/<name>`` and
+``test/<name>`` by iteration.
 
 :class:`LossChart` charts any training loop of the kernel: ``chart.append(step, loss=...,
 val_loss=...)``. Points travel as float64 binary buffers, batched (at most ~10 messages a

@@ -7,10 +7,12 @@ import {
   AllocationSeries,
   LossSeries,
   alignSeries,
+  emetricsPoints,
   type IMetricRecord
 } from '../charts/series';
-import { isLossName, lossSeriesSpecs } from '../charts/loss';
+import { isLossName, isValidationName, lossSeriesSpecs } from '../charts/loss';
 import { withAlpha } from '../charts/chart';
+import { EMETRICS } from './fixtures/emetrics';
 
 function range(n: number, start = 0): number[] {
   return Array.from({ length: n }, (_, i) => start + i);
@@ -169,6 +171,68 @@ describe('LossSeries', () => {
     expect(loss.progress).toBeNull();
   });
 
+  it("draws a WMLA program's emetrics as train/ and test/ series by iteration", () => {
+    const loss = new LossSeries();
+    expect(loss.addRecords(EMETRICS)).toBe(true);
+    // Only numbers are drawn ("phase" is a string); no empty step-loss series.
+    expect(loss.series().map(s => s.name)).toEqual([
+      'train/loss',
+      'train/accuracy',
+      'test/loss',
+      'test/accuracy'
+    ]);
+    const train = loss.emetrics.get('train/loss');
+    expect(train?.x).toEqual([1, 2, 3, 4, 5, 6]);
+    // The second process's copies of iterations 4 and 5 are not drawn again.
+    expect(train?.y).toEqual([2, 1, 0.6667, 0.5, 0.4, 0.3333]);
+    expect(loss.emetrics.get('train/accuracy')?.y[5]).toBe(95);
+    expect(loss.emetrics.get('test/loss')?.x).toEqual([3, 6]);
+    expect(loss.emetrics.get('test/accuracy')?.y).toEqual([69, 90]);
+    expect(loss.lastIteration).toBe(6);
+    expect(loss.pointCount).toBe(16);
+    expect(loss.columns()[0]).toEqual([1, 2, 3, 4, 5, 6]);
+    // The step progress stays the runtime's.
+    expect(loss.progress).toBeNull();
+
+    // Replayed by the events feed after the history: nothing changes.
+    expect(loss.addRecords(EMETRICS)).toBe(false);
+    expect(loss.pointCount).toBe(16);
+  });
+
+  it("puts emetrics beside the runtime's step and epoch series", () => {
+    const loss = new LossSeries();
+    loss.addRecords([
+      step(0, 1.0),
+      step(1, 0.8),
+      step(2, 0.7),
+      { type: 'epoch', epoch: 0, val_loss: 0.75 },
+      ...EMETRICS.slice(0, 4)
+    ]);
+    expect(loss.series().map(s => s.name)).toEqual([
+      'loss',
+      'val_loss',
+      'train/loss',
+      'train/accuracy',
+      'test/loss',
+      'test/accuracy'
+    ]);
+    expect(loss.columns()[0]).toEqual([0, 1, 2, 3]);
+    expect(loss.progress?.globalStep).toBe(2);
+  });
+
+  it('reads the values of an emetrics record, not its fields', () => {
+    expect(emetricsPoints(EMETRICS[0])).toEqual([
+      { name: 'train/loss', x: 1, y: 2 },
+      { name: 'train/accuracy', x: 1, y: 57.5 }
+    ]);
+    expect(
+      emetricsPoints({ type: 'emetrics', group: 'train', loss: 1 })
+    ).toEqual([]);
+    expect(emetricsPoints({ type: 'emetrics', iteration: 2, loss: 1 })).toEqual(
+      []
+    );
+  });
+
   it('caps every series', () => {
     const loss = new LossSeries(100);
     loss.addRecords(range(1000).map(i => step(i, 1 / (i + 1))));
@@ -205,6 +269,40 @@ describe('chart styling', () => {
     expect(specs.map(s => s.scale)).toEqual(['y', 'y', 'y2', 'y2']);
     expect(specs.map(s => !!s.points)).toEqual([false, true, true, false]);
     expect(specs[0].color).toBe('--jp-brand-color1');
+  });
+
+  it('draws emetrics losses with the losses and their accuracy with the metrics', () => {
+    const names = [
+      'loss',
+      'val_loss',
+      'train/loss',
+      'train/accuracy',
+      'test/loss',
+      'test/accuracy'
+    ];
+    const specs = lossSeriesSpecs(names);
+    expect(specs.map(s => s.scale)).toEqual(['y', 'y', 'y', 'y2', 'y', 'y2']);
+    // test/ values come once per test run: dots, like validation.
+    expect(names.map(isValidationName)).toEqual([
+      false,
+      true,
+      false,
+      false,
+      true,
+      true
+    ]);
+    expect(specs.map(s => !!s.points)).toEqual([
+      false,
+      true,
+      false,
+      false,
+      true,
+      true
+    ]);
+    // Two train losses (or two validation losses) are told apart by colour.
+    expect(specs[2].color).not.toBe(specs[0].color);
+    expect(specs[4].color).not.toBe(specs[1].color);
+    expect(specs[5].color).not.toBe(specs[3].color);
   });
 
   it('makes translucent fills from theme colours', () => {

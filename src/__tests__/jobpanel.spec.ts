@@ -1,6 +1,7 @@
 import { JobController } from '../widgets/controller';
 import { JobPanel, describeProgress } from '../widgets/jobpanel';
 import type { IJobApi, IJobInfo, ISocketLike } from '../widgets/jobapi';
+import { EMETRICS } from './fixtures/emetrics';
 
 const JOB: IJobInfo = {
   id: 'a1b2c3d4e5f6',
@@ -159,5 +160,85 @@ describe('JobPanel', () => {
     panel.dispose();
     controller.dispose();
     expect(panel.node.isConnected).toBe(false);
+  });
+});
+
+describe('JobPanel of a WMLA program', () => {
+  it('charts the emetrics its own loop writes, in pages and from the feed', async () => {
+    const records = EMETRICS;
+    let socket: ISocketLike | null = null;
+    const controller = new JobController({
+      jobId: JOB.id,
+      api: {
+        ...api([]),
+        // The history holds the first three iterations, two to a page.
+        getMetrics: async (_id, after) => ({
+          metrics:
+            after < 4 ? records.slice(after, Math.min(after + 2, 4)) : [],
+          cursor: after < 4 ? Math.min(after + 2, 4) : after
+        })
+      },
+      connect: () => {
+        socket = {
+          onopen: null,
+          onmessage: null,
+          onclose: null,
+          onerror: null,
+          close: () => undefined
+        };
+        return socket;
+      },
+      stream: { silenceTimeout: 0 }
+    });
+    const panel = new JobPanel({
+      controller,
+      confirmCancel: async () => false
+    });
+    document.body.appendChild(panel.node);
+    await controller.start();
+    panel.render();
+    const q = (selector: string) =>
+      panel.node.querySelector(selector) as HTMLElement;
+    expect(panel.node.dataset.series).toBe(
+      'train/loss train/accuracy test/loss test/accuracy'
+    );
+    expect(q('.jp-edt-job-progress-text').textContent).toBe('iteration 3');
+    expect(q('.jp-edt-job-loss').textContent).toBe(
+      'train 0.6667 · test 0.7333'
+    );
+    // x: iterations 1-3; then a column per series.
+    expect(panel.lossChart.data).toEqual([
+      [1, 2, 3],
+      [2, 1, 0.6667],
+      [57.5, 65, 72.5],
+      [null, null, 0.7333],
+      [null, null, 69]
+    ]);
+
+    // The rest arrive as a metrics event (the feed replays the history too).
+    expect(socket).not.toBeNull();
+    const live = socket as unknown as ISocketLike;
+    live.onopen?.({});
+    live.onmessage?.({
+      data: JSON.stringify({
+        id: 7,
+        job_id: JOB.id,
+        time: 200,
+        kind: 'metrics',
+        records
+      })
+    });
+    panel.render();
+    expect(q('.jp-edt-job-progress-text').textContent).toBe('iteration 6');
+    expect(q('.jp-edt-job-loss').textContent).toBe(
+      'train 0.3333 · test 0.3667'
+    );
+    expect(panel.lossChart.pointCount).toBe(6);
+    expect(controller.loss.emetrics.get('train/loss')?.y).toEqual([
+      2, 1, 0.6667, 0.5, 0.4, 0.3333
+    ]);
+
+    panel.dispose();
+    controller.dispose();
   });
 });

@@ -7,8 +7,10 @@ import { DEFAULT_MAX_POINTS, SeriesBuffer } from './downsample';
 /**
  * One metric record of a job (GET jobs/{id}/metrics, or a `metrics` event's
  * `records`): rank 0's `step` records (global_step, epoch, step, loss, train
- * metrics, world_size, samples_per_s, ...) and `epoch` records (epoch,
- * val_loss and val_<metric>).
+ * metrics, world_size, samples_per_s, ...), `epoch` records (epoch, val_loss
+ * and val_<metric>), and `emetrics` records, one per line of a WMLA program's
+ * evaluation-metrics.txt (group `train` or `test`, iteration, rindex, subid
+ * and each of the line's values by name).
  */
 export interface IMetricRecord {
   type?: string;
@@ -20,7 +22,41 @@ export interface IMetricRecord {
   loss?: number;
   world_size?: number;
   samples_per_s?: number | null;
+  group?: string;
+  iteration?: number;
   [key: string]: unknown;
+}
+
+/** Fields of an `emetrics` record that are not values of the line. */
+const EMETRICS_FIELDS = new Set([
+  'type',
+  'id',
+  'time',
+  'group',
+  'iteration',
+  'rindex',
+  'subid'
+]);
+
+/**
+ * The chart series of an `emetrics` record: `<group>/<name>` for each numeric
+ * value (`train/loss`, `test/accuracy`, ...), at x = its iteration; none when
+ * it has no group or iteration. String values are not plotted.
+ */
+export function emetricsPoints(
+  record: IMetricRecord
+): { name: string; x: number; y: number }[] {
+  const { group, iteration } = record;
+  if (typeof group !== 'string' || !group || !finite(iteration)) {
+    return [];
+  }
+  const points: { name: string; x: number; y: number }[] = [];
+  for (const [key, value] of Object.entries(record)) {
+    if (!EMETRICS_FIELDS.has(key) && finite(value)) {
+      points.push({ name: `${group}/${key}`, x: iteration, y: value });
+    }
+  }
+  return points;
 }
 
 /** Where training is, from the last step record. */
@@ -90,14 +126,17 @@ export function alignSeries(series: readonly INamedSeries[]): AlignedColumns {
 export const TRAIN_LOSS = 'loss';
 
 /**
- * A job's loss curves: train loss per global step, and per-epoch validation
- * values (`val_loss`, `val_<metric>`) placed at the epoch's last step, on the
- * same x axis.
+ * A job's loss curves: train loss per global step, per-epoch validation
+ * values (`val_loss`, `val_<metric>`) placed at the epoch's last step, and a
+ * WMLA program's emetrics (`train/<name>`, `test/<name>`) by iteration (its
+ * count of completed batches), on the same x axis.
  *
  * Records may arrive twice (the metrics history, then the events feed replaying
  * the same records) and, after a recovery, again for steps already seen; they
  * are kept once: a step record only when its global step is beyond the last
- * one, an epoch record only when its epoch is beyond the last one. (Training is
+ * one, an epoch record only when its epoch is beyond the last one, an emetrics
+ * value only when its iteration is beyond its series' last one (which also
+ * keeps one copy when several processes log the same iteration). (Training is
  * deterministic whatever the allocation, so a repeated step has the same loss.)
  */
 export class LossSeries {
@@ -114,6 +153,9 @@ export class LossSeries {
   /** Validation series by name (`val_loss`, `val_acc`, ...), by epoch end step. */
   readonly validation = new Map<string, SeriesBuffer>();
 
+  /** Emetrics series by name (`train/loss`, `test/accuracy`, ...), by iteration. */
+  readonly emetrics = new Map<string, SeriesBuffer>();
+
   /** Where training is; null before the first step record. */
   get progress(): IProgress | null {
     return this._progress;
@@ -122,7 +164,10 @@ export class LossSeries {
   /** Points held over all series. */
   get pointCount(): number {
     let count = this.train.length;
-    for (const buffer of this.validation.values()) {
+    for (const buffer of [
+      ...this.validation.values(),
+      ...this.emetrics.values()
+    ]) {
       count += buffer.length;
     }
     return count;
@@ -139,9 +184,20 @@ export class LossSeries {
         changed = this._addEpoch(record) || changed;
       } else if (record.type === 'step') {
         changed = this._addStep(record) || changed;
+      } else if (record.type === 'emetrics') {
+        changed = this._addEmetrics(record) || changed;
       }
     }
     return changed;
+  }
+
+  /** The last emetrics iteration seen; null when none. */
+  get lastIteration(): number | null {
+    let last = -Infinity;
+    for (const buffer of this.emetrics.values()) {
+      last = Math.max(last, buffer.lastX);
+    }
+    return Number.isFinite(last) ? last : null;
   }
 
   /** The validation series' names, in the order first seen. */
@@ -149,16 +205,23 @@ export class LossSeries {
     return [...this.validation.keys()];
   }
 
-  /** Every series, train loss first. */
+  /**
+   * Every series: train loss first (when the job has step records, or no
+   * emetrics), then validation, then emetrics series in the order first seen.
+   */
   series(): INamedSeries[] {
-    return [
-      { name: TRAIN_LOSS, x: this.train.x, y: this.train.y },
-      ...[...this.validation].map(([name, buffer]) => ({
+    const named = (entries: Map<string, SeriesBuffer>) =>
+      [...entries].map(([name, buffer]) => ({
         name,
         x: buffer.x,
         y: buffer.y
-      }))
-    ];
+      }));
+    // A WMLA program's own loop reports only emetrics: no empty "loss" series.
+    const train =
+      this.train.length > 0 || this.emetrics.size === 0
+        ? [{ name: TRAIN_LOSS, x: this.train.x, y: this.train.y }]
+        : [];
+    return [...train, ...named(this.validation), ...named(this.emetrics)];
   }
 
   /** Aligned data for the chart. */
@@ -240,6 +303,22 @@ export class LossSeries {
       };
     }
     return true;
+  }
+
+  private _addEmetrics(record: IMetricRecord): boolean {
+    let changed = false;
+    for (const { name, x, y } of emetricsPoints(record)) {
+      let buffer = this.emetrics.get(name);
+      if (!buffer) {
+        buffer = new SeriesBuffer(this.maxPoints);
+        this.emetrics.set(name, buffer);
+      }
+      if (x > buffer.lastX) {
+        buffer.push(x, y);
+        changed = true;
+      }
+    }
+    return changed;
   }
 
   /** The x of an epoch's validation: its last step, else the last step known. */

@@ -79,6 +79,13 @@ export function describeProgress(
   };
 }
 
+/** A series' last value; null when it has none. */
+function lastValue(
+  buffer: { y: readonly number[] } | undefined
+): number | null {
+  return buffer && buffer.y.length > 0 ? buffer.y[buffer.y.length - 1] : null;
+}
+
 function formatNumber(value: number): string {
   if (value === 0) {
     return '0';
@@ -233,8 +240,14 @@ export class JobPanel {
     const progress = c.loss.progress;
     const planned = job ? plannedEpochs(job.spec) : null;
     const { text, fraction } = describeProgress(progress, planned);
+    // Without step records, a WMLA program's emetrics say how far it is.
+    const iteration = c.loss.lastIteration;
     this._progressText.textContent =
-      job?.state === 'SUCCEEDED' && progress === null ? 'done' : text;
+      progress === null && iteration !== null
+        ? `iteration ${iteration}`
+        : job?.state === 'SUCCEEDED' && progress === null
+          ? 'done'
+          : text;
     const shown =
       job?.state === 'SUCCEEDED' ? 1 : fraction === null ? null : fraction;
     this._bar.hidden = shown === null;
@@ -244,19 +257,27 @@ export class JobPanel {
       String(Math.round((shown ?? 0) * 100))
     );
     const lossParts: string[] = [];
-    if (progress?.lastLoss !== null && progress?.lastLoss !== undefined) {
-      lossParts.push(`train ${formatNumber(progress.lastLoss)}`);
+    // A WMLA program's own loop reports its losses only as emetrics.
+    const trainLoss =
+      progress?.lastLoss ?? lastValue(c.loss.emetrics.get('train/loss'));
+    if (trainLoss !== null) {
+      lossParts.push(`train ${formatNumber(trainLoss)}`);
     }
-    const val = c.loss.validation.get('val_loss');
-    if (val && val.length > 0) {
-      lossParts.push(`val ${formatNumber(val.y[val.length - 1])}`);
+    const val = lastValue(c.loss.validation.get('val_loss'));
+    if (val !== null) {
+      lossParts.push(`val ${formatNumber(val)}`);
+    }
+    const test = lastValue(c.loss.emetrics.get('test/loss'));
+    if (test !== null && val === null) {
+      lossParts.push(`test ${formatNumber(test)}`);
     }
     if (progress?.samplesPerS) {
       lossParts.push(`${Math.round(progress.samplesPerS)} samples/s`);
     }
     this._lossText.textContent = lossParts.join(' · ') || '–';
 
-    this.lossChart.update(c.loss.series());
+    const series = c.loss.series();
+    this.lossChart.update(series);
     const until = job
       ? c.done
         ? (job.finished ?? null)
@@ -264,6 +285,10 @@ export class JobPanel {
       : null;
     this.timeline.update(c.allocation.columns(until), job?.max_gpus ?? null);
     this.node.dataset.points = String(c.loss.train.length);
+    this.node.dataset.series = series
+      .filter(s => s.x.length > 0)
+      .map(s => s.name)
+      .join(' ');
 
     const frozen = !job || c.done || c.busy;
     this._priority.disabled = frozen;
