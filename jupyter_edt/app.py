@@ -10,7 +10,7 @@ import time
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider, User
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Bool, Enum, Float, Int, List, Unicode, default, validate
+from traitlets import Bool, Enum, Float, Int, List, Unicode, default, observe, validate
 
 from . import __version__
 from .api import default_handlers
@@ -19,7 +19,7 @@ from .jobs.runner import DriverRunner
 from .jobs.service import JobService
 from .jobs.store import JobStore
 from .launch.local import LocalLauncher
-from .scheduling.inventory import Inventory, open_inventory
+from .scheduling.inventory import Inventory, VirtualInventory, open_inventory
 from .scheduling.monitor import InventoryMonitor
 from .scheduling.policy import POLICY_NAMES
 
@@ -49,7 +49,10 @@ class EDTApp(ExtensionApp):
     virtual_gpus = Int(
         4,
         config=True,
-        help="""Number of virtual GPUs (CPU worker slots) offered when no NVIDIA GPU is used.""",
+        help="""Number of virtual GPUs (CPU worker slots) offered when no NVIDIA GPU is used.
+        Changed on a running server, it takes effect at the next device reading: the devices
+        beyond the new count vanish (their jobs lose them, as with a GPU that fails) or
+        appear (and are dealt out).""",
     )
 
     policy = Enum(
@@ -175,6 +178,12 @@ class EDTApp(ExtensionApp):
             raise ValueError(f"EDTApp.virtual_gpus must be 0 or more, got {value}.")
         return value
 
+    @observe("virtual_gpus")
+    def _virtual_gpus_changed(self, change: dict) -> None:
+        inventory = getattr(self, "inventory", None)
+        if isinstance(inventory, VirtualInventory):
+            inventory.resize(change["new"])
+
     def initialize_settings(self) -> None:
         self.inventory = open_inventory(self.devices, self.virtual_gpus, logger=self.log)
         if self.inventory.source == "virtual":
@@ -228,6 +237,7 @@ class EDTApp(ExtensionApp):
     async def stop_extension(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
+        await self.job_service.close()
         await self.job_service.runner.close()
         self.job_service.store.close()
         self.inventory.close()

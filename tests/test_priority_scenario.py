@@ -10,7 +10,12 @@ import pytest
 from jobprograms import program
 from test_job_lifecycle import api, finished, wait_for, wait_status
 
-from jupyter_edt.runtime.jobdir import JobDir
+from jupyter_edt.runtime.jobdir import JobDir, process_start_time
+
+
+def edt_app(serverapp):
+    (app,) = serverapp.extension_manager.extension_apps["jupyter_edt"]
+    return app
 
 
 @pytest.fixture
@@ -29,7 +34,7 @@ def jp_server_config(multi_user_config):
 
 
 async def test_high_priority_takes_gpus_low_keeps_its_min_or_is_suspended_then_resumes(
-    jp_fetch, tmp_path
+    jp_fetch, jp_serverapp, tmp_path
 ):
     low = await api(
         jp_fetch,
@@ -63,12 +68,25 @@ async def test_high_priority_takes_gpus_low_keeps_its_min_or_is_suspended_then_r
         method="POST",
         body={"code": program(epochs=1), "min_gpus": 4, "max_gpus": 4, "priority": 5},
     )
-    assert len(whole["devices"]) == 4
-    suspended = await api(jp_fetch, "alice", "jobs", low["id"])
-    assert suspended["state"] == "QUEUED" and suspended["devices"] == []
+    # the submission returns at once: the new job waits while low checkpoints and releases
+    assert whole["state"] == "QUEUED" and whole["devices"] == []
+    assert (await wait_for(jp_fetch, "bob", whole["id"], finished, "done"))["state"] == "SUCCEEDED"
     checkpoints = sorted((low_dir.result / "checkpoint").glob("*.pt"))
     assert checkpoints, "suspending checkpoints the job first"
-    assert (await wait_for(jp_fetch, "bob", whole["id"], finished, "done"))["state"] == "SUCCEEDED"
+    # and in this order: low suspended, low's devices released, then given to the new job
+    store = edt_app(jp_serverapp).job_service.store
+    events = [e for e in store.events() if e["job_id"] in (low["id"], whole["id"])]
+
+    def first(match) -> int:
+        return next(i for i, e in enumerate(events) if match(e))
+
+    preempted = first(lambda e: e["job_id"] == low["id"] and e.get("state") == "SUSPENDED")
+    released = first(lambda e: e["job_id"] == low["id"] and e.get("devices") == [])
+    admitted = first(lambda e: e["job_id"] == whole["id"] and e.get("devices"))
+    assert preempted < released < admitted
+    assert events[preempted]["reason"].startswith("preempted")
+    assert "checkpoint written" in events[released]["reason"]
+    assert len(events[admitted]["devices"]) == 4
 
     resumed = await wait_for(
         jp_fetch, "alice", low["id"], lambda j: j["state"] == "RUNNING", "running again"
@@ -83,3 +101,35 @@ async def test_high_priority_takes_gpus_low_keeps_its_min_or_is_suspended_then_r
     ]
     assert resumes and min(e["global_step"] for e in resumes) > 0  # from the checkpoint
     await api(jp_fetch, "alice", "jobs", low["id"], method="DELETE")
+
+
+async def test_cancelling_a_job_while_it_checkpoints_for_a_suspension_frees_its_gpus(
+    jp_fetch, jp_serverapp, tmp_path
+):
+    low = await api(
+        jp_fetch,
+        "alice",
+        "jobs",
+        method="POST",
+        body={"code": program(epochs=1000, delay=0.004), "max_gpus": 4},
+    )
+    low_dir = JobDir(tmp_path / "jobs" / low["id"])
+    await wait_for(jp_fetch, "alice", low["id"], lambda j: j["state"] == "RUNNING", "RUNNING")
+    driver = low_dir.read_status()["pid"]
+    whole = await api(
+        jp_fetch,
+        "bob",
+        "jobs",
+        method="POST",
+        body={"code": program(epochs=1), "min_gpus": 4, "max_gpus": 4, "priority": 5},
+    )
+    assert whole["state"] == "QUEUED"
+    cancelled = await api(jp_fetch, "alice", "jobs", low["id"], method="DELETE")
+    assert cancelled["state"] == "CANCELLED" and cancelled["devices"] == []
+    assert process_start_time(driver) is None
+    done = await wait_for(jp_fetch, "bob", whole["id"], finished, "done")
+    assert done["state"] == "SUCCEEDED", done["reason"]
+    store = edt_app(jp_serverapp).job_service.store
+    states = [e["state"] for e in store.events(job_id=low["id"]) if e["kind"] == "state"]
+    assert states[-2:] in (["SUSPENDED", "CANCELLED"], ["QUEUED", "CANCELLED"])
+    assert states.count("STARTING") == 1  # it never started again

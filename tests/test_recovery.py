@@ -23,11 +23,12 @@ from jupyter_edt.launch.local import LocalLauncher
 from jupyter_edt.runtime.jobdir import JobDir, process_start_time
 from jupyter_edt.scheduling.inventory import VirtualInventory
 from jupyter_edt.scheduling.monitor import InventoryMonitor
+from jupyter_edt.scheduling.policy import PolicyName
 
 pytestmark = pytest.mark.asyncio
 
 
-def start_service(tmp_path) -> JobService:
+def start_service(tmp_path, policy: PolicyName = "fair-share") -> JobService:
     runner = DriverRunner(LocalLauncher(), tmp_path / "jobs")
     monitor = InventoryMonitor(VirtualInventory(2))
     monitor.record(monitor.inventory.read(), time.time())
@@ -35,6 +36,7 @@ def start_service(tmp_path) -> JobService:
         JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}"),
         monitor,
         runner,
+        policy=policy,
         min_rescale_interval=0.0,
     )
     runner.attach(service)
@@ -43,6 +45,7 @@ def start_service(tmp_path) -> JobService:
 
 async def stop_service(service: JobService) -> None:
     """What a server shutdown does: stop watching, close the store; jobs keep running."""
+    await service.close()
     await service.runner.close()
     service.store.close()
 
@@ -114,3 +117,39 @@ async def test_a_job_whose_processes_died_resumes_from_its_checkpoint(tmp_path):
     assert resumed and all(e["global_step"] > 0 for e in resumed)
     await stop_service(second)
     assert JobState(done["state"]).terminal
+
+
+async def test_a_suspension_cut_short_by_a_restart_releases_the_gpus_after_the_checkpoint(
+    tmp_path,
+):
+    first = start_service(tmp_path, "priority")
+    low = await first.submit("alice", JobSpec(code=program(epochs=1000, delay=0.02), max_gpus=2))
+    low_dir = JobDir(tmp_path / "jobs" / low["id"])
+    await wait_until(first, low["id"], lambda j: j["state"] == "RUNNING", "ran")
+    high = await first.submit(
+        "bob", JobSpec(code=program(epochs=1), min_gpus=2, max_gpus=2, priority=5)
+    )
+    # the submission returned at once; low checkpoints, holding its GPUs until it has
+    assert high["state"] == "QUEUED" and high["devices"] == []
+    suspending = first.store.get_job(low["id"])
+    assert suspending["state"] == "SUSPENDED" and len(suspending["devices"]) == 2
+    driver = low_dir.read_status()["pid"]
+    await stop_service(first)  # the server stops while low's driver checkpoints
+
+    second = start_service(tmp_path, "priority")
+    await second.recover()
+    done = await wait_until(
+        second, high["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED"), "ran"
+    )
+    assert done["state"] == "SUCCEEDED", done["reason"]
+    assert process_start_time(driver) is None  # low's driver finished its suspension first
+    events = second.store.events()
+    released = next(e for e in events if e["job_id"] == low["id"] and e.get("devices") == [])
+    assert released["reason"] == "suspended: checkpoint written, GPUs released"
+    admitted = next(e for e in events if e["job_id"] == high["id"] and e.get("devices"))
+    assert released["id"] < admitted["id"]
+    assert any((low_dir.result / "checkpoint").glob("*.pt"))
+    back = await wait_until(second, low["id"], lambda j: j["state"] == "RUNNING", "resumed")
+    assert len(back["devices"]) == 2
+    await second.cancel("alice", low["id"])
+    await stop_service(second)

@@ -92,21 +92,25 @@ class DriverRunner:
 
     def reattach(self, job: dict[str, Any]) -> bool:
         """After a server restart: follow the job's driver again if it still runs."""
-        d = self.job_dir(job["id"])
-        status = d.read_status() or {}
-        if "pid" not in status or "started" not in status:
-            return False
-
-        def exit_code() -> int | None:
-            return (d.read_status() or {}).get("exit_code")
-
-        handle = self.launcher.adopt(
-            self._driver_spec(job), status["pid"], status["started"], exit_code
-        )
+        handle = self._adopt(job)
         if handle is None:
             return False
         self._follow(job["id"], handle)
         return True
+
+    def _adopt(self, job: dict[str, Any]) -> ProcessHandle | None:
+        """The job's driver that a previous server started, if that very process still runs."""
+        d = self.job_dir(job["id"])
+        status = d.read_status() or {}
+        if "pid" not in status or "started" not in status:
+            return None
+
+        def exit_code() -> int | None:
+            return (d.read_status() or {}).get("exit_code")
+
+        return self.launcher.adopt(
+            self._driver_spec(job), status["pid"], status["started"], exit_code
+        )
 
     def _driver_spec(self, job: dict[str, Any]) -> ProcessSpec:
         d = self.job_dir(job["id"])
@@ -137,19 +141,30 @@ class DriverRunner:
     async def resize(self, job: dict[str, Any], devices: Sequence[Device]) -> None:
         self._order(job["id"], "run", devices)
 
-    async def suspend(self, job: dict[str, Any]) -> None:
-        """Ask the driver to checkpoint and stop its workers; force it after the grace time.
+    async def suspend(self, job: dict[str, Any]) -> bool:
+        """Ask the driver to checkpoint and stop its workers; return once it has exited
+        (forced after the grace time), so that its devices are free. True when it stopped by
+        itself, having written its checkpoint.
 
-        The watcher goes first, so the driver's exit is not mistaken for the job's end.
+        The watcher goes first, so the driver's exit is not mistaken for the job's end. The
+        driver stays known while it checkpoints, so a cancel meanwhile still stops it; one a
+        previous server started (a restart during the suspension) is adopted.
         """
-        self._unfollow(job["id"])
-        self._order(job["id"], "suspend", [])
-        handle = self._drivers.pop(job["id"], None)
-        if handle is not None:
-            try:
-                await asyncio.wait_for(handle.wait(), self.suspend_grace)
-            except asyncio.TimeoutError:
-                await self.launcher.stop(handle, grace=self.stop_grace)
+        job_id = job["id"]
+        self._unfollow(job_id)
+        self._order(job_id, "suspend", [])
+        handle = self._drivers.get(job_id) or self._adopt(job)
+        if handle is None:  # gone already (a restart): its last report says how it ended
+            return (self.job_dir(job_id).read_status() or {}).get("state") == "suspended"
+        self._drivers[job_id] = handle
+        try:
+            return await asyncio.wait_for(handle.wait(), self.suspend_grace) == 0
+        except asyncio.TimeoutError:
+            await self.launcher.stop(handle, grace=self.stop_grace)
+            return False
+        finally:
+            if self._drivers.get(job_id) is handle:
+                del self._drivers[job_id]
 
     async def cancel(self, job: dict[str, Any]) -> None:
         self._unfollow(job["id"])

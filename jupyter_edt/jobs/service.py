@@ -36,7 +36,7 @@ class JobRunner(Protocol):
 
     async def resize(self, job: dict[str, Any], devices: Sequence[Device]) -> None: ...
 
-    async def suspend(self, job: dict[str, Any]) -> None: ...
+    async def suspend(self, job: dict[str, Any]) -> bool: ...
 
     async def cancel(self, job: dict[str, Any]) -> None: ...
 
@@ -76,6 +76,8 @@ class JobService:
         self.admin_users = frozenset(admin_users)
         self.clock = clock
         self._schedule_lock = asyncio.Lock()
+        # jobs checkpointing before they release their devices (see `_release_suspended`)
+        self._suspending: dict[str, asyncio.Task[None]] = {}
         self.feed = EventFeed(store)
         self.progress = ProgressBook()
 
@@ -111,7 +113,8 @@ class JobService:
     def holders(self, user: str) -> dict[str, str | None]:
         """Each held device's job id; None where the job is not `user`'s to see."""
         out: dict[str, str | None] = {}
-        for job in self.store.list_jobs(states=[JobState.STARTING, JobState.RUNNING]):
+        held = [JobState.STARTING, JobState.RUNNING, JobState.SUSPENDED]  # suspending: still held
+        for job in self.store.list_jobs(states=held):
             visible = job["user"] == user or self.is_admin(user)
             for device in job["devices"]:
                 out[device] = job["id"] if visible else None
@@ -224,6 +227,9 @@ class JobService:
         job = self.get(user, job_id)
         if JobState(job["state"]) in TERMINAL:
             raise NotAllowed(f"Job {job_id} has already finished ({job['state']}).")
+        suspending = self._suspending.pop(job_id, None)
+        if suspending is not None:
+            suspending.cancel()  # the cancel below stops the driver it waits for
         if job["devices"] or job["state"] in ("STARTING", "RUNNING"):
             await self.runner.cancel(job)
         self.store.set_state(job_id, JobState.CANCELLED, f"{verb} by {user}", now=self.clock())
@@ -242,7 +248,7 @@ class JobService:
 
     async def job_exited(self, job_id: str, succeeded: bool, reason: str) -> None:
         job = self.store.get_job(job_id)
-        if JobState(job["state"]) in TERMINAL or job["state"] == JobState.QUEUED.value:
+        if JobState(job["state"]) in TERMINAL or job["state"] in ("QUEUED", "SUSPENDED"):
             return  # cancelled or suspended: the runner's exit report is stale
         if job["state"] == JobState.STARTING.value and succeeded:
             self.store.set_state(job_id, JobState.RUNNING, "started", now=self.clock())
@@ -271,6 +277,9 @@ class JobService:
         now = self.clock()
         # uploads a crash interrupted: never recorded as jobs, so nothing refers to them
         await asyncio.to_thread(shutil.rmtree, self.runner.staging_dir(), True)
+        for job in self.store.list_jobs(states=[JobState.SUSPENDED]):
+            # suspended while the server stopped: its driver may still be checkpointing
+            self._suspending[job["id"]] = asyncio.create_task(self._release_suspended(job))
         for job in self.store.list_jobs(states=[JobState.STARTING, JobState.RUNNING]):
             if self.runner.reattach(job):
                 outcome["reattached"].append(job["id"])
@@ -301,9 +310,19 @@ class JobService:
     # scheduling ---------------------------------------------------------------------------
 
     async def reschedule(self) -> list[Order]:
-        """Recompute the target allocation and carry out the orders that reach it."""
+        """Recompute the target allocation and carry out the orders that reach it.
+
+        Devices held by jobs that are checkpointing before a suspension are not dealt out: an
+        order that needs one waits (the job keeps what it holds) until the suspended job has
+        released them, which reschedules again. So no order waits on a checkpoint under the
+        lock, and no device has two jobs.
+        """
         async with self._schedule_lock:
-            devices = self.monitor.devices
+            present = self.monitor.devices
+            releasing = {
+                d for j in self.store.list_jobs(states=[JobState.SUSPENDED]) for d in j["devices"]
+            }
+            devices = [d for d in present if d.id not in releasing]
             jobs = self.store.list_jobs(states=[JobState(s) for s in SCHEDULED_STATES])
             orders = plan(
                 jobs,
@@ -314,11 +333,22 @@ class JobService:
                 progress=self._progress_of(jobs),
             )
             by_id = {d.id: d for d in devices}
+            current = {j["id"]: j["devices"] for j in jobs}
+            gone = {d for j in jobs for d in j["devices"]} - {d.id for d in present}
+            applied = []
             for order in orders:
-                await self._apply(order, [by_id[d] for d in order.devices])
-            if orders:
+                holds = current[order.job_id]
+                if (set(order.devices) - set(holds)) & releasing:
+                    releasing |= set(holds)  # it waits, keeping its devices meanwhile
+                    continue
+                lost = [d for d in holds if d in gone]
+                await self._apply(order, [by_id[d] for d in order.devices], lost)
+                if order.action == "suspend":
+                    releasing |= set(holds)
+                applied.append(order)
+            if applied:
                 self._notify()
-            return orders
+            return applied
 
     def _progress_of(
         self, jobs: Sequence[dict[str, Any]]
@@ -330,9 +360,11 @@ class JobService:
                 out[job["id"]] = (known.remaining_steps, dict(known.steps_per_s))
         return out
 
-    async def _apply(self, order: Order, devices: Sequence[Device]) -> None:
+    async def _apply(self, order: Order, devices: Sequence[Device], lost: Sequence[str]) -> None:
+        """Carry out one order; `lost` names the devices the job held that vanished."""
         job_id, now = order.job_id, self.clock()
         n = len(devices)
+        gone = f"{', '.join(lost)} gone: " if lost else ""
         if order.action == "start":
             self.store.set_state(job_id, JobState.STARTING, f"given {n} GPU(s)", now=now)
             job = self.store.set_devices(job_id, order.devices, "admitted", now=now)
@@ -344,14 +376,49 @@ class JobService:
         elif order.action == "resize":
             before = len(self.store.get_job(job_id)["devices"])
             verb = "grown" if n > before else "shrunk" if n < before else "moved"
-            job = self.store.set_devices(job_id, order.devices, f"{verb} to {n} GPU(s)", now=now)
+            reason = f"{gone}{verb} to {n} GPU(s)"
+            job = self.store.set_devices(job_id, order.devices, reason, now=now)
             await self.runner.resize(job, devices)
         else:
-            job = self.store.get_job(job_id)
-            await self.runner.suspend(job)
-            self.store.set_state(job_id, JobState.SUSPENDED, "preempted", now=now)
-            self.store.set_devices(job_id, [], "suspended", now=now)
+            why = f"{gone}too few GPUs left" if lost else "preempted"
+            job = self.store.set_state(
+                job_id,
+                JobState.SUSPENDED,
+                f"{why}; checkpointing, then it releases its GPUs",
+                now=now,
+            )
+            self._suspending[job_id] = asyncio.create_task(self._release_suspended(job))
+
+    async def _release_suspended(self, job: dict[str, Any]) -> None:
+        """Wait for a suspended job's checkpoint and its driver's exit, then free its devices,
+        queue it again and deal the devices out. Runs off the schedule lock."""
+        job_id = job["id"]
+        try:
+            clean = await self.runner.suspend(job)
+        except Exception:
+            log.exception("Suspending job %s failed; releasing its GPUs anyway", job_id)
+            clean = False
+        if self._suspending.get(job_id) is not asyncio.current_task():
+            return  # cancelled meanwhile: `cancel` has recorded the job's end
+        now = self.clock()
+        if self.store.get_job(job_id)["state"] == JobState.SUSPENDED.value:
+            how = "checkpoint written" if clean else "stopped without a clean checkpoint"
+            self.store.set_devices(job_id, [], f"suspended: {how}, GPUs released", now=now)
             self.store.set_state(job_id, JobState.QUEUED, "waiting for GPUs", now=now)
+        del self._suspending[job_id]
+        self._notify()
+        try:
+            await self.reschedule()
+        except Exception:
+            log.exception("Rescheduling after job %s was suspended failed", job_id)
+
+    async def close(self) -> None:
+        """Stop waiting on suspensions (a restart's `recover` takes them up again)."""
+        tasks = list(self._suspending.values())
+        self._suspending.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _notify(self) -> None:
         self.feed.notify()

@@ -52,14 +52,25 @@ class NvmlUnavailable(RuntimeError):
 
 
 class VirtualInventory:
-    """`count` CPU worker slots presented as GPUs, each marked virtual."""
+    """`count` CPU worker slots presented as GPUs, each marked virtual.
+
+    `resize` changes the count while the server runs (`EDTApp.virtual_gpus` set on a live
+    server): the next reading shows the devices added or gone, as NVML shows a GPU that fell
+    off the bus, and the allocator takes a vanished device from its job.
+    """
 
     source: Source = "virtual"
 
     def __init__(self, count: int, node: str | None = None) -> None:
+        self._node = node or socket.gethostname()
+        self._devices: list[Device] = []
+        self.resize(count)
+
+    def resize(self, count: int) -> None:
+        """Offer `count` devices from now on: vgpu0 .. vgpu<count-1>, the highest go first."""
         if count < 0:
             raise ValueError(f"virtual_gpus must be 0 or more, got {count}.")
-        node = node or socket.gethostname()
+        node = self._node
         self._devices = [
             Device(
                 id=f"vgpu{i}",
@@ -94,6 +105,7 @@ class NvmlInventory:
         # NVML handles are process-wide; serialise our calls so a refresh and a shutdown
         # running in executor threads never interleave.
         self._lock = threading.Lock()
+        self._ids: dict[str, str] = {}  # UUID -> device id
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as err:
@@ -109,25 +121,34 @@ class NvmlInventory:
         self._open = True
 
     def read(self) -> list[Device]:
+        """The GPUs that answer now. A GPU NVML cannot query (lost, fallen off the bus) is left
+        out, so the allocator takes it from its job; each GPU keeps its id, by its UUID, when
+        the indices of the others shift."""
         nvml = self._nvml
         with self._lock:
             if not self._open:
                 return []
             devices = []
             for index in range(nvml.nvmlDeviceGetCount()):
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                try:
+                    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                    uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                    name = _text(nvml.nvmlDeviceGetName(handle))
+                    memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                except nvml.NVMLError as err:
+                    log.warning("GPU %d does not answer NVML (%s); leaving it out.", index, err)
+                    continue
                 try:
                     utilization: int | None = int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
                 except nvml.NVMLError:  # e.g. NotSupported on some MIG or vGPU setups
                     utilization = None
                 devices.append(
                     Device(
-                        id=f"gpu{index}",
+                        id=self._id_of(uuid, index),
                         index=index,
                         node=self._node,
-                        uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-                        name=_text(nvml.nvmlDeviceGetName(handle)),
+                        uuid=uuid,
+                        name=name,
                         virtual=False,
                         memory_total=int(memory.total),
                         memory_used=int(memory.used),
@@ -135,6 +156,17 @@ class NvmlInventory:
                     )
                 )
             return devices
+
+    def _id_of(self, uuid: str, index: int) -> str:
+        """`gpu<index>` at first sight, kept for that GPU from then on (a new GPU whose index
+        names a known one gets the next free number)."""
+        if uuid not in self._ids:
+            taken = set(self._ids.values())
+            n = index
+            while f"gpu{n}" in taken:
+                n += 1
+            self._ids[uuid] = f"gpu{n}"
+        return self._ids[uuid]
 
     def close(self) -> None:
         with self._lock:
