@@ -1,4 +1,5 @@
-"""examples/elastic_digits.ipynb runs end to end with nbclient against a live server.
+"""Notebooks run end to end with nbclient against a live server: examples/elastic_digits.ipynb,
+and a WMLA FabricModel notebook whose ``train()`` submits the kernel's own cells.
 
 The server (pytest-jupyter, 2 virtual GPUs) runs in this process on the test's event loop, so
 the notebook is executed with nbclient's async API on that loop; its kernel is a separate
@@ -8,11 +9,15 @@ job or a remote user takes).
 
 from __future__ import annotations
 
+import io
+import json
 import shutil
+import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 from nbclient import NotebookClient
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "elastic_digits.ipynb"
@@ -40,17 +45,10 @@ def outputs_text(cell) -> str:
     return "".join(parts)
 
 
-@pytest.mark.timeout(240)
-async def test_the_example_notebook_runs_end_to_end(
-    http_server, jp_http_port, jp_base_url, tmp_path, monkeypatch
-):
-    monkeypatch.setenv("EDT_URL", f"http://127.0.0.1:{jp_http_port}{jp_base_url}")
+async def execute(nb, workdir: Path, port: int, base_url: str, monkeypatch) -> None:
+    """Run `nb` in a fresh kernel in `workdir`, as alice of the live server."""
+    monkeypatch.setenv("EDT_URL", f"http://127.0.0.1:{port}{base_url}")
     monkeypatch.setenv("EDT_TOKEN", "alice")
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    notebook = shutil.copy(EXAMPLE, workdir / EXAMPLE.name)
-    nb = nbformat.read(notebook, as_version=4)
-
     client = NotebookClient(
         nb,
         timeout=180,
@@ -58,6 +56,17 @@ async def test_the_example_notebook_runs_end_to_end(
         resources={"metadata": {"path": str(workdir)}},
     )
     await client.async_execute()
+
+
+@pytest.mark.timeout(240)
+async def test_the_example_notebook_runs_end_to_end(
+    http_server, jp_http_port, jp_base_url, tmp_path, monkeypatch
+):
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    notebook = shutil.copy(EXAMPLE, workdir / EXAMPLE.name)
+    nb = nbformat.read(notebook, as_version=4)
+    await execute(nb, workdir, jp_http_port, jp_base_url, monkeypatch)
 
     code = [c for c in nb.cells if c.cell_type == "code"]
     by_source = {c.source.splitlines()[0]: c for c in code}
@@ -112,3 +121,65 @@ async def test_the_example_notebook_runs_end_to_end(
     last = outputs_text(code[-1])
     assert last.startswith("digits-broken FAILED - ")
     assert "<Job " in last
+
+
+FABRIC_CELLS = [
+    "import torch\n"
+    "from torch import nn\n"
+    "from torch.utils.data import TensorDataset\n"
+    "from jupyter_edt.compat.fabric_model import FabricModel",
+    "%%capture\n"  # a cell magic: kept out of the job's program
+    "print('not in the job')",
+    "def getDatasets():\n"
+    "    g = torch.Generator().manual_seed(0)\n"
+    "    x = torch.randn(32, 4, generator=g)\n"
+    "    y = (x.sum(1) > 0).long()\n"
+    "    return TensorDataset(x, y), TensorDataset(x[:8], y[:8])",
+    "%env EDT_NOTEBOOK_MARK=1\n"  # a line magic and a shell escape: dropped too
+    "!echo not in the job\n"
+    "model = nn.Linear(4, 2)\n"
+    "fm = FabricModel(model, getDatasets, nn.functional.cross_entropy,\n"
+    "                 torch.optim.SGD(model.parameters(), lr=0.1))",
+    "fm.train(1, 8, 2)",
+    "path = fm.download('results')\nprint(path)",
+]
+
+
+@pytest.mark.timeout(240)
+async def test_fabric_model_train_in_a_notebook_submits_its_cells(
+    http_server, jp_http_port, jp_base_url, tmp_path, monkeypatch, jp_fetch
+):
+    """The path a WMLA user takes: ``train()`` reads the cells from the kernel's history."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in FABRIC_CELLS])
+    await execute(nb, workdir, jp_http_port, jp_base_url, monkeypatch)
+
+    for cell in nb.cells:
+        assert not [o for o in cell.outputs if o.get("output_type") == "error"], outputs_text(cell)
+    train_cell = nb.cells[4]
+    printed = "".join(o["text"] for o in train_cell.outputs if o["output_type"] == "stream")
+    assert printed.startswith("Job ") and printed.endswith(" finishes with state FINISHED.\n")
+    job_id = printed.split()[1]
+    assert printed == f"Job {job_id} finishes with state FINISHED.\n", outputs_text(train_cell)
+    # the live progress line: one display, redrawn in place, ending on the final state
+    drawn = [o for o in train_cell.outputs if o["output_type"] == "display_data"]
+    assert len(drawn) == 1, train_cell.outputs
+    assert f"[{job_id}] SUCCEEDED" in drawn[0]["data"]["text/plain"]
+
+    response = await jp_fetch(
+        "edt", "api", "v1", "jobs", job_id, headers={"Authorization": "token alice"}
+    )
+    job = json.loads(response.body)
+    assert job["state"] == "SUCCEEDED" and job["user"] == "alice"
+    program = job["spec"]["code"]
+    assert "fm.train(1, 8, 2)" in program and "download" not in program
+    assert "not in the job" not in program and "EDT_NOTEBOOK_MARK" not in program
+
+    saved = workdir / "results" / f"{job_id}.zip"
+    assert outputs_text(nb.cells[5]).strip() == str(Path("results") / f"{job_id}.zip")
+    with zipfile.ZipFile(saved) as archive:
+        assert "model/model_epoch_final.pth" in archive.namelist(), archive.namelist()
+        with archive.open("model/model_epoch_final.pth") as f:
+            state = torch.load(io.BytesIO(f.read()), map_location="cpu")
+    assert state["weight"].shape == (2, 4)  # the notebook's model, trained in the job

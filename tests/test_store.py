@@ -97,6 +97,24 @@ def test_metrics_are_thinned_past_the_cap_keeping_the_newest(store):
     assert [m["step"] for m in after] == [98, 99]
 
 
+def test_deleting_a_job_removes_its_record_events_and_metrics_only(store):
+    gone = store.create_job("ana", spec())
+    kept = store.create_job("ana", spec())
+    for job in (gone, kept):
+        store.add_metrics(job["id"], [{"step": 0, "loss": 1.0}])
+    store.set_state(gone["id"], JobState.CANCELLED, "by ana")
+    assert store.delete_job(gone["id"])["state"] == "CANCELLED"
+    with pytest.raises(UnknownJob):
+        store.get_job(gone["id"])
+    with pytest.raises(UnknownJob):
+        store.metrics(gone["id"])
+    assert {e["job_id"] for e in store.events()} == {kept["id"]}
+    assert [j["id"] for j in store.list_jobs()] == [kept["id"]]
+    assert [m["step"] for m in store.metrics(kept["id"])] == [0]
+    with pytest.raises(UnknownJob):
+        store.delete_job(gone["id"])
+
+
 def test_unknown_job_is_a_clear_error(store):
     with pytest.raises(UnknownJob, match="No job with id 'nope'"):
         store.get_job("nope")

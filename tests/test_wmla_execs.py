@@ -10,6 +10,7 @@ import json
 import textwrap
 import time
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -189,17 +190,19 @@ async def test_a_wmla_program_runs_grows_and_returns_its_metrics_logs_and_result
 
 async def test_stop_and_delete_map_to_stopped_and_killed(jp_fetch, tmp_path):
     args = ARGS.format(data=tmp_path, epochs=1000, delay=0.01)
-    ids = []
+    views = []
     for _ in range(2):
-        view = await wmla(
-            jp_fetch,
-            "alice",
-            "execs",
-            method="POST",
-            params={"args": args},
-            **multipart_file(model_dir_tar()),
+        views.append(
+            await wmla(
+                jp_fetch,
+                "alice",
+                "execs",
+                method="POST",
+                params={"args": args},
+                **multipart_file(model_dir_tar()),
+            )
         )
-        ids.append(view["id"])
+    ids = [v["id"] for v in views]
     await wait_exec(jp_fetch, "alice", ids[0], lambda e: e["state"] == "RUNNING", "RUNNING")
     stopped = await wmla(jp_fetch, "alice", "execs", ids[0], "stop", method="POST", body=b"")
     assert stopped["state"] == "STOPPED"
@@ -208,11 +211,42 @@ async def test_stop_and_delete_map_to_stopped_and_killed(jp_fetch, tmp_path):
         jp_fetch, "alice", "execs", ids[0], "stop", method="POST", body=b""
     )
     assert code == 403 and "already finished" in body["message"]
+
+    # a user deletes only their own execs: bob's attempt finds nothing and changes nothing
+    job_dirs = [Path(v["workDir"]).parent for v in views]
+    code, _ = await wmla_error(jp_fetch, "bob", "execs", ids[1], method="DELETE")
+    assert code == 404 and job_dirs[1].is_dir()
+    assert (await wmla(jp_fetch, "alice", "execs", ids[1]))["state"] != "KILLED"
+
+    # deleting an exec that has not ended kills it, then removes it everywhere
     killed = await wmla(jp_fetch, "alice", "execs", ids[1], method="DELETE")
-    assert killed["state"] == "KILLED"
-    assert (await wmla(jp_fetch, "alice", "execs", ids[1]))["state"] == "KILLED"
+    assert killed["state"] == "KILLED" and killed["id"] == ids[1]
+    check("/execs/{exec_id}", "delete", 200, killed)
+    await assert_gone(jp_fetch, ids[1], job_dirs[1])
+
+    # an ended one goes as it is; a second delete finds nothing
     job = await wait_for(jp_fetch, "alice", ids[0], lambda j: j["devices"] == [], "released")
     assert job["state"] == "CANCELLED"
+    assert (await api(jp_fetch, "alice", "jobs", ids[0], "metrics"))["metrics"]
+    deleted = await wmla(jp_fetch, "alice", "execs", ids[0], method="DELETE")
+    assert deleted["state"] == "STOPPED"
+    await assert_gone(jp_fetch, ids[0], job_dirs[0])
+    code, _ = await wmla_error(jp_fetch, "alice", "execs", ids[0], method="DELETE")
+    assert code == 404
+
+
+async def assert_gone(jp_fetch, exec_id: str, job_dir: Path) -> None:
+    """No record, metrics or files of the exec remain, through either API."""
+    for path in [(exec_id,), (exec_id, "log"), (exec_id, "result")]:
+        code, _ = await wmla_error(jp_fetch, "alice", "execs", *path)
+        assert code == 404, path
+    for path in [(exec_id,), (exec_id, "metrics")]:
+        with pytest.raises(HTTPClientError) as info:
+            await api(jp_fetch, "alice", "jobs", *path)
+        assert info.value.code == 404, path
+    listed = await wmla(jp_fetch, "alice", "execs")
+    assert exec_id not in {e["id"] for e in listed["execs"]}
+    assert not job_dir.exists()
 
 
 @pytest.mark.parametrize(
@@ -369,3 +403,18 @@ async def test_a_notebook_train_submits_its_cells_follows_the_job_and_downloads(
     path = await asyncio.to_thread(fm.download, tmp_path / "out")
     assert path == tmp_path / "out" / f"{fm.job.id}.zip"
     assert "model/model_epoch_final.pth" in zipfile.ZipFile(path).namelist()
+
+
+async def test_a_failed_notebook_job_says_why_under_its_final_line(alice):
+    from jupyter_edt.compat.notebook import submit_and_wait
+
+    model = torch.nn.Linear(4, 2)
+    fm = FabricModel(model, lambda: None, F.cross_entropy, torch.optim.SGD(model.parameters()))
+    out = io.StringIO()
+    cells = ["import sys", "raise RuntimeError('the broken cell')"]
+    job = await asyncio.to_thread(
+        submit_and_wait, fm, 1, 4, 1, client=alice, cells=cells, stream=out, timeout=DEADLINE_S
+    )
+    text = out.getvalue()
+    assert f"Job {job.id} finishes with state FAILED.\n" in text, text
+    assert "RuntimeError: the broken cell" in text.split("finishes with state FAILED.")[1]

@@ -118,10 +118,10 @@ class Execs:
         return self.view(await self.service.cancel(user, exec_id, verb="stopped"))
 
     async def delete(self, user: str, exec_id: str) -> dict[str, Any]:
-        """Kill the exec if it still runs; its record and results stay."""
-        job = self._job(user, exec_id)
-        if exec_state(job) in ("PENDING_CRD_SCHEDULER", "SUBMITTED", "RUNNING"):
-            job = await self.service.cancel(user, exec_id, verb="killed")
+        """Remove the exec: kill it if it has not ended, then delete its record, logs and
+        results. Returns its last view (KILLED if it was killed here)."""
+        self._job(user, exec_id)
+        job = await self.service.delete(user, exec_id, verb="killed")
         return self.view(job)
 
     def result_dir(self, user: str, exec_id: str) -> Path:

@@ -36,7 +36,9 @@ def _kernel_cells() -> list[str]:
     from IPython import get_ipython
 
     shell = get_ipython()
-    cells = list(shell.user_ns.get("In", []))[1:] if shell is not None else []
+    # the cells as typed: ``In`` holds IPython's translation, where a magic is a call of
+    # get_ipython(), which a job's plain Python does not have
+    cells = list(shell.history_manager.input_hist_raw)[1:] if shell is not None else []
     if not cells:
         raise ValueError("FabricModel.train() found no notebook cells to submit")
     return cells
@@ -55,7 +57,7 @@ def submit_and_wait(
 ) -> Job:
     """Submit the notebook's code as a job on at most `engines_number` GPUs; block until it
     ends, showing its progress; returns the job."""
-    from ..notebook.client import EDTClient
+    from ..notebook.client import EDTClient, failure_report
 
     client = client or EDTClient()
     code = notebook_program(cells if cells is not None else _kernel_cells())
@@ -63,8 +65,10 @@ def submit_and_wait(
         code=code, name=f"{type(fm.model).__name__}-fabric", max_gpus=engines_number
     )
     job.wait(timeout=timeout, progress=True, stream=stream)
-    line = f"Job {job.id} finishes with state {exec_state(job.data)}."
-    print(line, file=stream)
+    state = exec_state(job.data)
+    print(f"Job {job.id} finishes with state {state}.", file=stream)
+    if state in ("FAILED", "ERROR"):  # say why, as the magics do, so the cell is enough
+        print(failure_report(job), file=stream)
     return job
 
 

@@ -49,6 +49,12 @@ class EventFeed:
             loop = asyncio.get_running_loop()
             self._pending = loop.call_later(COALESCE_S, self._publish)
 
+    def flush(self) -> None:
+        """Publish what is pending now (before its records are deleted, say)."""
+        if self._pending is not None:
+            self._pending.cancel()
+            self._publish()
+
     def _publish(self) -> None:
         self._pending = None
         while batch := self.store.events(after=self._last_id, limit=5000):

@@ -7,13 +7,14 @@ embedded mode, a forwarded one in the shared mode); it never imports Jupyter.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from ..scheduling.allocator import SCHEDULED_STATES, Order, plan
 from ..scheduling.inventory import Device
@@ -25,6 +26,9 @@ from .logs import LogChunk, list_logs, read_log
 from .models import TERMINAL, JobSpec, JobState, SpecError
 from .progress import ProgressBook
 from .store import JobStore, UnknownJob
+
+if TYPE_CHECKING:
+    from ..runtime.jobdir import JobDir
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,8 @@ class JobRunner(Protocol):
     def reattach(self, job: dict[str, Any]) -> bool: ...
 
     # uploaded code and artifacts
+    def job_dir(self, job_id: str) -> JobDir: ...
+
     def result_dir(self, job_id: str) -> Path: ...
 
     def staging_dir(self) -> Path: ...
@@ -78,6 +84,7 @@ class JobService:
         self._schedule_lock = asyncio.Lock()
         # jobs checkpointing before they release their devices (see `_release_suspended`)
         self._suspending: dict[str, asyncio.Task[None]] = {}
+        self._deleted: set[str] = set()  # metrics read before a deletion are dropped
         self.feed = EventFeed(store)
         self.progress = ProgressBook()
 
@@ -238,6 +245,21 @@ class JobService:
         await self.reschedule()
         return self.store.get_job(job_id)
 
+    async def delete(self, user: str, job_id: str, *, verb: str = "deleted") -> dict[str, Any]:
+        """Remove the job: stop it if it has not ended, then delete its record, events and
+        metrics, and its job directory (code, logs, results). Returns the last record."""
+        job = self.get(user, job_id)
+        if JobState(job["state"]) not in TERMINAL:
+            await self.cancel(user, job_id, verb=verb)
+        self.feed.flush()  # subscribers see the final state before its events go
+        job = self.store.delete_job(job_id)
+        self._deleted.add(job_id)
+        self.progress.forget(job_id)
+        root = self.runner.job_dir(job_id).root
+        await asyncio.to_thread(_remove_tree, root)
+        log.info("job %s deleted by %s", job_id, user)
+        return job
+
     # reports from the runner --------------------------------------------------------------
 
     async def job_running(self, job_id: str, reason: str = "workers formed") -> None:
@@ -260,6 +282,7 @@ class JobService:
 
     def add_metrics(self, batches: dict[str, list[dict[str, Any]]]) -> None:
         """Record what jobs' workers reported, for many jobs at once (one transaction)."""
+        batches = {j: r for j, r in batches.items() if j not in self._deleted}
         self.store.add_metrics_many(batches, now=self.clock())
         for job_id, records in batches.items():
             self.progress.observe(job_id, records)
@@ -422,6 +445,12 @@ class JobService:
 
     def _notify(self) -> None:
         self.feed.notify()
+
+
+def _remove_tree(root: Path) -> None:
+    # absent: never created (a job deleted before it started), or already gone
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(root)
 
 
 def _stage_script(script: Path, tree: Path) -> None:

@@ -192,6 +192,17 @@ class JobStore:
         with self._session() as s:
             return [row.to_dict() for row in s.scalars(query)]
 
+    def delete_job(self, job_id: str) -> dict[str, Any]:
+        """Remove the job's record with its events and metric records, in one transaction;
+        returns the record as it was. The caller stops the job first (``JobService.delete``)."""
+        with self._session.begin() as s:
+            job = self._row(s, job_id).to_dict()
+            s.execute(delete(MetricRow).where(MetricRow.job_id == job_id))
+            s.execute(delete(EventRow).where(EventRow.job_id == job_id))
+            s.execute(delete(JobRow).where(JobRow.id == job_id))
+        self._unchecked.pop(job_id, None)
+        return job
+
     def set_state(
         self, job_id: str, state: JobState, reason: str, *, now: float | None = None
     ) -> dict[str, Any]:
