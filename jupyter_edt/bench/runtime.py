@@ -3,7 +3,11 @@
 Measures, on CPU with gloo, for a ~10M-parameter MLP trained with Adam (state to move ~120 MB):
 
 - ``overhead_ratio``: samples/s of the elastic runtime at world size 2 divided by samples/s of
-  plain ``DistributedDataParallel`` on the same model, samples per step and threads, A/B in one run;
+  plain ``DistributedDataParallel`` on the same model, samples per step and threads, A/B in one run.
+  Both are measured the same way: the median time between the ends of consecutive steps of rank
+  0, warm-up steps excluded, in ``--rounds`` alternating rounds (DDP, ours, DDP, ours, ...); the
+  ratio is the median of the rounds' ratios, so that a burst of load from other processes on a
+  shared machine skews neither side;
 - ``grow_pause_s`` (2 -> 3) and ``shrink_pause_s`` (3 -> 2): time between the last step of the old
   generation and the new one being formed with its state synced (joiners are already started);
 - ``recovery_s``: SIGKILL of one worker to the next step completed by the survivor;
@@ -16,8 +20,10 @@ The same file is the workers' program (``--program``).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -76,19 +82,24 @@ def _ddp_worker(rank: int, world: int, port: int, cfg: argparse.Namespace, q: An
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     data = _data(cfg.steps * cfg.batch, cfg.n_in)
     per = cfg.batch // world
-    t0 = 0.0
+    ends = []
     for step in range(cfg.steps):
-        if step == WARMUP:
-            t0 = time.perf_counter()
         lo = step * cfg.batch + rank * per
         x, y = data[lo : lo + per]
         opt.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
+        ends.append(time.perf_counter())
     dist.barrier()
     if rank == 0:
-        q.put((cfg.steps - WARMUP) * cfg.batch / (time.perf_counter() - t0))
+        q.put(cfg.batch / _median_interval(ends))
     dist.destroy_process_group()
+
+
+def _median_interval(ends: list[float]) -> float:
+    """Median time between the ends of consecutive steps after the warm-up."""
+    timed = ends[WARMUP - 1 :]
+    return statistics.median(b - a for a, b in itertools.pairwise(timed))
 
 
 def _ddp_samples_per_s(cfg: argparse.Namespace) -> float:
@@ -123,9 +134,7 @@ def _runtime_fixed(cfg: argparse.Namespace, out: Path) -> float:
         if set(codes.values()) != {0}:
             raise RuntimeError(f"fixed run failed: {codes}, see {out}")
         steps = [e for e in ctl.events() if e["type"] == "step" and e["worker"] == "w0"]
-    # throughput between the end of the warm-up steps and the end of the last step
-    timed = steps[WARMUP - 1 :]
-    return (len(timed) - 1) * cfg.batch / (timed[-1]["time"] - timed[0]["time"])
+    return cfg.batch / _median_interval([e["time"] for e in steps])
 
 
 def _runtime_elastic(cfg: argparse.Namespace, out: Path) -> dict[str, float]:
@@ -175,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--micro", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=None)
     ap.add_argument("--n-in", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=None, help="A/B rounds (default 3, quick 1)")
     cfg = ap.parse_args(argv)
     if cfg.program:
         _program(cfg)
@@ -182,13 +192,16 @@ def main(argv: list[str] | None = None) -> int:
     cfg.hidden = cfg.hidden or (128 if cfg.quick else 2048)
     cfg.n_in = cfg.n_in or (64 if cfg.quick else 512)
     cfg.steps = cfg.steps or (16 if cfg.quick else 40)
+    cfg.rounds = cfg.rounds or (1 if cfg.quick else 3)
     params = sum(p.numel() for p in _model(cfg.n_in, cfg.hidden).parameters())
     with tempfile.TemporaryDirectory(prefix="edt-bench-") as tmp:
         base = Path(tmp)
-        ddp = _ddp_samples_per_s(cfg)
-        ours = _runtime_fixed(cfg, base / "fixed")
+        ddp, ours = [], []
+        for i in range(cfg.rounds):
+            ddp.append(_ddp_samples_per_s(cfg))
+            ours.append(_runtime_fixed(cfg, base / f"fixed{i}"))
         elastic = _runtime_elastic(cfg, base / "elastic")
-        a = torch.load(base / "fixed" / "model" / "model_epoch_final.pth")
+        a = torch.load(base / "fixed0" / "model" / "model_epoch_final.pth")
         b = torch.load(base / "elastic" / "model" / "model_epoch_final.pth")
         diff = max(float((a[k] - b[k]).abs().max()) for k in a)
     result = {
@@ -196,9 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         "world_size": 2,
         "samples_per_step": cfg.batch,
         "micro_batch_size": cfg.micro,
-        "ddp_samples_per_s": ddp,
-        "runtime_samples_per_s": ours,
-        "overhead_ratio": ours / ddp,
+        "rounds": cfg.rounds,
+        "ddp_samples_per_s": statistics.median(ddp),
+        "runtime_samples_per_s": statistics.median(ours),
+        "overhead_ratio": statistics.median(o / d for o, d in zip(ours, ddp, strict=True)),
+        "overhead_ratios": [o / d for o, d in zip(ours, ddp, strict=True)],
         **elastic,
         "equivalence_max_abs_diff": diff,
     }

@@ -4,12 +4,11 @@ One TCPStore, hosted by the job's controller, carries the control state (see ``c
 Generation ``g`` of the group is a fresh torch.distributed group whose rendezvous lives under the
 prefix ``g<g>/`` of that store, so re-forming costs a few milliseconds and no process restarts.
 
-The reduction is a chain instead of an all-reduce: rank 0 folds its micro-batches in index
-order and passes the partial sum to rank 1, which adds its own micro-batches in index order, and
-so on; the last active rank broadcasts the total. Because micro-batches are dealt in contiguous
-blocks, the floating-point additions happen in exactly the order of a one-device run, so the sum
-is bit-identical whatever the worker count. For two workers it moves the same bytes as a ring
-all-reduce.
+Gradients are summed by an exact, order-fixed reduce-scatter and all-gather (``exchange.py``):
+every element is added in micro-batch index order, as on one device, so the sum is
+bit-identical whatever the worker count; transfers start from gradient hooks during backward.
+Per-micro-batch scalars (loss, metrics, BatchNorm buffers, control values) are all-gathered and
+folded in the same order on every rank.
 
 Devices and backends (decided per job: every worker of a job is of one kind):
 
@@ -19,7 +18,7 @@ Devices and backends (decided per job: every worker of a job is of one kind):
   :func:`select_device`.
 - CPU workers form a ``gloo`` group, exactly as before. CUDA workers form one group with two
   backends, ``cpu:gloo,cuda:nccl`` (:func:`select_backend`): a collective on a CUDA tensor goes
-  over NCCL, one on a CPU tensor over gloo. So the gradient chain and the device-resident part of
+  over NCCL, one on a CPU tensor over gloo. So the gradient exchange and the device-resident part of
   the training state travel GPU to GPU over NCCL, while the small control values (the cursor
   agreement) and the pickled skeleton of the state stay on gloo, where a dead peer surfaces as
   an error within the group's timeout. ``EDT_BACKEND`` overrides the choice (``gloo`` on a CUDA
@@ -48,11 +47,14 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from . import control as keys
+from . import partition as part
+from .exchange import Op, OrderedExchange
 from .state import recv_state, send_state
 
 __all__ = [
@@ -182,80 +184,65 @@ class JobContext:
 
 
 class _Reducer:
-    """The chain reduction shared by the solo and the elastic group."""
+    """The order-fixed reduction shared by the solo and the elastic group."""
 
     rank = 0
     world_size = 1
+    tagged = True  # see exchange.Comm
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
-        self._tmp: dict[tuple[int, torch.dtype], torch.Tensor] = {}
-
-    def _buffer(self, like: torch.Tensor) -> torch.Tensor:
-        key = (like.numel(), like.dtype)
-        if key not in self._tmp:
-            self._tmp = {key: torch.empty_like(like)}
-        return self._tmp[key]
 
     def reduce(
         self,
-        active: int,
-        flat: torch.Tensor | None,
-        extras: list[torch.Tensor],
+        num_micro_batches: int,
+        grads: OrderedExchange | None,
         aux_parts: list[torch.Tensor],
         aux_size: int,
         n_sum: int,
     ) -> torch.Tensor:
-        """Fold everyone's micro-batch results in micro-batch order; returns the folded aux.
+        """Sum a step's gradients (``grads``, see ``exchange.py``) and fold everyone's
+        per-micro-batch ``aux_parts`` in micro-batch order; returns the folded aux.
 
-        ``flat`` holds this rank's last (for rank 0: all, already folded) gradient contribution,
-        ``extras`` this rank's earlier ones; on return ``flat`` holds the total on every rank.
-        ``aux_parts`` are per-micro-batch float64 vectors: the first ``n_sum`` entries are
-        summed, the rest take the maximum (control values such as the generation seen).
+        ``aux_parts`` are float64 vectors, one per micro-batch this rank computed: the first
+        ``n_sum`` entries are summed, the rest take the maximum (control values such as the
+        generation seen). Every rank returns the same values.
         """
-
-        def fold(acc: torch.Tensor | None, part: torch.Tensor) -> torch.Tensor:
-            if acc is None:
-                return part.clone()
-            acc[:n_sum] += part[:n_sum]
-            torch.maximum(acc[n_sum:], part[n_sum:], out=acc[n_sum:])
-            return acc
-
-        rank, last = self.rank, active - 1
-        acc: torch.Tensor | None = None
-        if rank < active:
-            if rank > 0:
-                acc = torch.empty(aux_size, dtype=torch.float64, device=self.device)
-                self._recv(acc, rank - 1)
-                if flat is not None:
-                    incoming = self._buffer(flat)
-                    self._recv(incoming, rank - 1)
-                    for e in extras:
-                        incoming += e
-                    flat += incoming  # == incoming + flat: addition commutes exactly
-            for part in aux_parts:
-                acc = fold(acc, part)
-            if rank < last:
-                assert acc is not None
-                self._send(acc, rank + 1)
-                if flat is not None:
-                    self._send(flat, rank + 1)
-        if acc is None:
-            acc = torch.empty(aux_size, dtype=torch.float64, device=self.device)
-        if self.world_size > 1:
-            self._broadcast(acc, last)
-            if flat is not None:
-                self._broadcast(flat, last)
+        if grads is not None:
+            grads.flush()
+        counts = [hi - lo for lo, hi in part.deal(num_micro_batches, self.world_size)]
+        rows = max(counts)
+        mine = torch.zeros(rows, aux_size, dtype=torch.float64, device=self.device)
+        for i, p in enumerate(aux_parts):
+            mine[i] = p
+        every, gathered = self._gather(mine)
+        if grads is not None:
+            grads.complete()
+        self.wait([gathered] if gathered is not None else [])
+        every = every.view(self.world_size, rows, aux_size).to(self.device)
+        acc = every[0, 0].clone()
+        for r, k in enumerate(counts):
+            for i in range(1 if r == 0 else 0, k):
+                acc[:n_sum] += every[r, i, :n_sum]
+                torch.maximum(acc[n_sum:], every[r, i, n_sum:], out=acc[n_sum:])
         return acc
 
-    def _send(self, t: torch.Tensor, dst: int) -> None:
+    def _gather(self, t: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """Every rank's ``t``, stacked, and the work to wait for before reading it."""
+        return t, None
+
+    def post(self, ops: list[Op]) -> list[Any]:
         raise NotImplementedError
 
-    def _recv(self, t: torch.Tensor, src: int) -> None:
-        raise NotImplementedError
+    def wait(self, works: list[Any]) -> None:
+        for w in works:
+            w.wait()
 
     def _broadcast(self, t: torch.Tensor, src: int) -> None:
         raise NotImplementedError
+
+    def _staged(self, t: torch.Tensor) -> bool:
+        return False
 
 
 class SoloGroup(_Reducer):
@@ -287,6 +274,7 @@ class ElasticGroup(_Reducer):
         self.backend = select_backend(self.device.type, ctx.backend)
         # NCCL carries this worker's CUDA tensors; otherwise they are staged through the host
         self.cuda_comm = self.device.type == "cuda" and "nccl" in self.backend
+        self.tagged = not self.cuda_comm  # NCCL matches transfers in the order they are posted
         self.store = self._connect()
         self.generation = 0
         self.members: tuple[str, ...] = ()
@@ -493,27 +481,38 @@ class ElasticGroup(_Reducer):
         """A CUDA tensor on a group without NCCL travels through a host copy."""
         return t.device.type != "cpu" and not self.cuda_comm
 
-    def _send(self, t: torch.Tensor, dst: int) -> None:
-        if self.cuda_comm and t.is_cuda:
-            self._p2p(dist.isend, t, dst)
-        else:
-            self.guard(dist.send, t.cpu() if self._staged(t) else t, dst)
+    def post(self, ops: list[Op]) -> list[Any]:
+        """Start point-to-point transfers; returns their works for :meth:`wait`.
 
-    def _recv(self, t: torch.Tensor, src: int) -> None:
-        if self.cuda_comm and t.is_cuda:
-            self._p2p(dist.irecv, t, src)
-        elif self._staged(t):
-            host = torch.empty(t.shape, dtype=t.dtype)
-            self.guard(dist.recv, host, src)
-            t.copy_(host)
-        else:
-            self.guard(dist.recv, t, src)
+        On NCCL one batch (so that NCCL uses the generation's communicator, not one per pair
+        of ranks, and the sends and receives of the batch progress together); on gloo tagged
+        ``isend``/``irecv`` calls, which gloo matches by tag whatever the order of arrival.
+        """
+        if not ops:
+            return []
+        if self.cuda_comm:
+            p2p = [
+                dist.P2POp(dist.isend if kind == "send" else dist.irecv, t, peer)
+                for kind, t, peer, _ in ops
+            ]
+            return self.guard(dist.batch_isend_irecv, p2p)
+        return [
+            self.guard(dist.isend if kind == "send" else dist.irecv, t, peer, tag=tag)
+            for kind, t, peer, tag in ops
+        ]
 
-    def _p2p(self, op, t: torch.Tensor, peer: int) -> None:  # type: ignore[no-untyped-def]
-        # batched, so that NCCL uses the generation's communicator instead of building one
-        # per pair of ranks; wait() only orders the current stream after it
-        for work in self.guard(dist.batch_isend_irecv, [dist.P2POp(op, t, peer)]):
-            work.wait()
+    def wait(self, works: list[Any]) -> None:
+        """Wait for works of :meth:`post` or :meth:`_gather` (on NCCL: order the current
+        stream after them; :meth:`settle` waits for the device)."""
+        for w in works:
+            self.guard(w.wait)
+
+    def _gather(self, t: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        src = t.cpu() if self._staged(t) else t
+        shape = (self.world_size * src.shape[0], *src.shape[1:])  # gloo wants a concatenation
+        out = torch.empty(shape, dtype=src.dtype, device=src.device)
+        work = self.guard(dist.all_gather_single, out, src, async_op=True)
+        return out, work
 
     def _broadcast(self, t: torch.Tensor, src: int) -> None:
         if self._staged(t):

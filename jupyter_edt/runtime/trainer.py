@@ -3,7 +3,7 @@
 The same code trains in one plain process (a notebook cell, a debugger) and as a worker of an
 elastic job (when started by a controller, which sets ``EDT_STORE``). Whatever the number of
 workers, and however it changes, each update equals one-device training on the same global batch
-(see ``partition.py`` for the rule, ``group.py`` for the order-fixed reduction).
+(see ``partition.py`` for the rule, ``exchange.py`` for the order-fixed gradient sum).
 
 Rules the user relies on:
 
@@ -43,6 +43,7 @@ from torch.utils.data import Dataset, IterableDataset, default_collate
 
 from . import partition as part
 from .events import EventLog
+from .exchange import BUCKET_BYTES, OrderedExchange
 from .group import ElasticGroup, GroupError, JobContext, LeaveJob, SoloGroup, select_device
 from .state import atomic_save, latest_checkpoint, save_checkpoint, to_cpu
 
@@ -322,6 +323,8 @@ class Trainer:
             self.left = True
             self.events.emit("left", generation=self.group.generation)
         finally:
+            for hook in self._grad_hooks:
+                hook.remove()
             self.group.close()
             self.events.close()
         if self.left:
@@ -333,17 +336,50 @@ class Trainer:
         total = sum(p.numel() for p in self.params)
         p0 = self.params[0]
         self.flat = torch.zeros(total, dtype=p0.dtype, device=p0.device)
-        self.grad_views, off = [], 0
+        self.grad_views, spans, off = [], [], 0
         for p in self.params:
             view = self.flat[off : off + p.numel()].view_as(p)
             p.grad = view
             self.grad_views.append(view)
+            spans.append((off, off + p.numel()))
             off += p.numel()
+        # the exact sum over workers; each parameter's hook lets it start during backward
+        bucket_bytes = int(os.environ.get("EDT_BUCKET_BYTES", BUCKET_BYTES))
+        self.exchange = OrderedExchange(self.group, self.flat, spans, bucket_bytes)
+        self._grad_hooks = [
+            p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(self.params)
+        ]
         self.buffers = list(self.model.buffers())
         self.n_metrics = len(self.metrics)
         self.n_buf = sum(b.numel() for b in self.buffers)
         self.n_sum = 1 + self.n_metrics + self.n_buf
         self.aux_size = self.n_sum + 2  # + max of (generation seen, checkpoint requests)
+
+    def _hook(self, index: int) -> Callable[[torch.Tensor], None]:
+        view = self.grad_views[index]
+
+        def ready(param: torch.Tensor) -> None:
+            self._into_flat(param, view)
+            self.exchange.grad_ready(index)
+
+        return ready
+
+    @staticmethod
+    def _into_flat(p: torch.Tensor, view: torch.Tensor) -> None:
+        """Make ``p.grad`` its view of ``flat`` again, keeping its value.
+
+        A parameter's first micro-batch of a part gets a fresh gradient from autograd (its
+        ``grad`` was None), which is copied here: cheaper than zeroing ``flat`` and adding into
+        it, and the same value. A gradient that user code replaced is copied too; no gradient at
+        all (the parameter took no part in the loss) is zero.
+        """
+        if p.grad is None:
+            view.zero_()
+        elif p.grad.data_ptr() != view.data_ptr():
+            view.copy_(p.grad)
+        else:
+            return
+        p.grad = view
 
     def _emit(self, kind: str, **fields: Any) -> None:
         assert self.events is not None
@@ -406,11 +442,10 @@ class Trainer:
         batch = part.global_batch(perm, self.step, self.batch_size)
         mbs = part.micro_batches(batch, self.micro_batch_size)
         lo, hi = part.deal(len(mbs), self.world_size)[self.rank]
-        active = min(self.world_size, len(mbs))
         self.model.train()
-        self.flat.zero_()
         start = [b.detach().clone() for b in self.buffers]
         self._start_buffers = start
+        self.exchange.start(len(mbs))
         extras: list[torch.Tensor] = []
         aux_parts = []
         for j in range(lo, hi):
@@ -419,10 +454,14 @@ class Trainer:
                     b.copy_(b0)
                 if self.rank > 0:  # keep each micro-batch separate to fold in order later
                     extras.append(self.flat.clone())
-                    self.flat.zero_()
+            if j == lo or self.rank > 0:  # a new part: autograd hands out fresh gradients
+                for p in self.params:
+                    p.grad = None
             weight = len(mbs[j]) / len(batch)
             self._seed(part.micro_batch_seed(self.seed, self.epoch, self.step, j))
             out, target, loss = self._forward(mbs[j], self.train_ds)
+            if j == hi - 1:
+                self.exchange.arm(extras)  # the last backward sends buckets as they are done
             (loss * weight).backward()
             self._check_grads()
             aux = torch.empty(self.aux_size, dtype=torch.float64, device=self.device)
@@ -436,7 +475,7 @@ class Trainer:
             aux[self.n_sum] = ctl["gen"]
             aux[self.n_sum + 1] = ctl["ckpt"]
             aux_parts.append(aux)
-        return self.group.reduce(active, self.flat, extras, aux_parts, self.aux_size, self.n_sum)
+        return self.group.reduce(len(mbs), self.exchange, aux_parts, self.aux_size, self.n_sum)
 
     def _seed(self, seed: int) -> None:
         # torch.manual_seed also walks every accelerator backend (~1 ms); seed what is used.
@@ -460,13 +499,10 @@ class Trainer:
         return out, target, self.loss_fn(out, target)
 
     def _check_grads(self) -> None:
-        # Autograd accumulates in place into the views of ``flat``; repair if a param's grad was
-        # replaced (e.g. by user code), so the flat buffer stays the single source of truth.
+        # After backward every gradient lives in ``flat`` (the hooks did it for parameters that
+        # got one), so the flat buffer stays the single source of truth.
         for p, view in zip(self.params, self.grad_views, strict=True):
-            if p.grad is None or p.grad.data_ptr() != view.data_ptr():
-                if p.grad is not None:
-                    view.copy_(p.grad)
-                p.grad = view
+            self._into_flat(p, view)
 
     def _commit(self, tot: torch.Tensor, t0: float) -> None:
         host = tot.cpu()  # one copy to the host per step (the same tensor on a CPU worker)
@@ -550,7 +586,7 @@ class Trainer:
                 aux[-1] = k
                 parts.append(aux)
         self.model.train()
-        tot = self.group.reduce(min(self.world_size, len(mbs)), None, [], parts, size, size)
+        tot = self.group.reduce(len(mbs), None, parts, size, size)
         tot = tot.cpu()
         res = {"val_loss": float(tot[0] / tot[-1])}
         res.update({f"val_{k}": float(tot[1 + i] / tot[-1]) for i, k in enumerate(self.metrics)})
@@ -646,6 +682,7 @@ class Trainer:
             b.copy_(b0)
         self._emit("failure", error=str(error)[:300], global_step=self.global_step)
         g.report_failure()
+        self.exchange.drain()  # its thread must not post into the next generation's group
         g.destroy()
         gen, members = g.next_membership(after=self.generation)
         self._form(gen, members, t0)
