@@ -10,7 +10,10 @@ import time
 
 from jobprograms import DEADLINE_S, program
 
+from jupyter_edt.jobs.runner import _devices
+from jupyter_edt.runtime.driver import device_env
 from jupyter_edt.runtime.jobdir import JobDir, write_json_atomic
+from jupyter_edt.scheduling.inventory import Device
 
 
 def device(i: int) -> dict:
@@ -61,3 +64,33 @@ def test_a_job_moved_to_all_new_devices_keeps_its_training_state(tmp_path):
     assert 0 < steps[new][0] <= steps[old][-1]
     assert set(steps[old]) | set(steps[new]) == set(range(36))  # 6 epochs x 6 steps
     assert len(steps[old]) == len(set(steps[old])) and len(steps[new]) == len(set(steps[new]))
+
+
+def test_a_worker_sees_its_gpu_by_uuid_and_a_virtual_device_as_no_gpu(tmp_path):
+    """The orders the job runner writes, through a real driver, to the environment its worker
+    processes get. NVML indices shift when a GPU disappears; the UUID names the same GPU."""
+    node = "n0"
+    gpu = Device("gpu1", 0, node, "GPU-5e0c2a1b-77d4-4c52-9a63-0f1f2e3d4c5b", "H200", False)
+    bare = Device("gpu2", 1, node, "", "GPU without a UUID", False)
+    cpu = Device("vgpu0", 0, node, "virtual-n0-0", "Virtual GPU 0", True)
+    d = JobDir(tmp_path / "job")
+    d.create()
+    (d.code / "main.py").write_text(
+        "import json, os\n"
+        "name = os.environ['EDT_DEVICE_ID'] + '.json'\n"
+        "json.dump(os.environ['CUDA_VISIBLE_DEVICES'], open(name, 'w'))\n"
+    )
+    write_json_atomic(d.job, {"id": "j1", "program": [str(d.code / "main.py")], "max_gpus": 3})
+    d.write_orders({"seq": 1, "action": "run", "devices": _devices([gpu, bare, cpu])})
+    driver = subprocess.run(
+        [sys.executable, "-m", "jupyter_edt.runtime.driver", str(d.root)],
+        capture_output=True,
+        timeout=DEADLINE_S,
+    )
+    assert driver.returncode == 0, driver.stdout + driver.stderr
+    seen = {p.stem: json.loads(p.read_text()) for p in d.code.glob("*.json")}
+    assert seen == {"gpu1": gpu.uuid, "gpu2": "1", "vgpu0": ""}
+    # orders from before devices carried a UUID, and a bare NVML UUID, still name the GPU
+    assert device_env({"id": "gpu3", "index": 3, "virtual": False})["CUDA_VISIBLE_DEVICES"] == "3"
+    bare_uuid = {"id": "gpu4", "index": 0, "uuid": "5e0c2a1b", "virtual": False}
+    assert device_env(bare_uuid)["CUDA_VISIBLE_DEVICES"] == "GPU-5e0c2a1b"

@@ -283,7 +283,8 @@ class DriverRunner:
 
 
 def _devices(devices: Sequence[Device]) -> list[dict[str, Any]]:
-    return [{"id": d.id, "index": d.index, "virtual": d.virtual} for d in devices]
+    """The devices as orders name them; the UUID lets the driver name a GPU to CUDA by it."""
+    return [{"id": d.id, "index": d.index, "uuid": d.uuid, "virtual": d.virtual} for d in devices]
 
 
 def _tail_text(path: Path, limit: int = 2000) -> str:

@@ -44,9 +44,24 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CTL", "LocalController"]
+__all__ = ["CTL", "LocalController", "WorkerCrashed"]
 
 CTL = "ctl"
+
+
+class WorkerCrashed(RuntimeError):
+    """Workers the controller was waiting for exited with an error (``codes``: id -> status).
+
+    ``joiners`` names the workers a failed :meth:`LocalController.resize` started (all of them
+    are gone by then), so the caller can tell which of its devices failed.
+    """
+
+    def __init__(
+        self, codes: Mapping[str, int], log_dir: Path, joiners: Sequence[str] = ()
+    ) -> None:
+        super().__init__(f"workers crashed: {dict(codes)}; see {log_dir}")
+        self.codes = dict(codes)
+        self.joiners = tuple(joiners)
 
 
 def members_key(gen: int) -> str:
@@ -157,7 +172,18 @@ class LocalController:
             for w, env in zip(new, joiners, strict=True):
                 self._launch(w, env)
             if new:
-                self._wait_keys([ready_key(w) for w in new], max(120.0, self.timeout_s))
+                try:
+                    self._wait_keys(
+                        [ready_key(w) for w in new],
+                        max(120.0, self.timeout_s),
+                        among=new,
+                        killed_too=True,
+                    )
+                except WorkerCrashed as err:
+                    # one joiner failed: stop the others too, the running members never saw
+                    # any of them, and the caller decides what to try next
+                    self._stop_workers(new)
+                    raise WorkerCrashed(err.codes, self.log_dir, new) from None
             target = tuple(w for w in self.members if w in keep) + new
             gen = self._publish(target)
         if wait:
@@ -172,7 +198,8 @@ class LocalController:
 
     def wait_held(self, step: int, timeout_s: float = 120.0) -> None:
         """Block until every current member has paused at ``step``."""
-        self._wait_keys([held_key(step, w) for w in self.members], timeout_s)
+        members = self.members
+        self._wait_keys([held_key(step, w) for w in members], timeout_s, among=members)
 
     def release(self, step: int) -> None:
         self.store.set(release_key(step), "1")
@@ -189,7 +216,8 @@ class LocalController:
     # -- reports -----------------------------------------------------------------------------
     def wait_formed(self, gen: int, timeout_s: float = 120.0) -> dict[str, Any]:
         """Block until generation ``gen`` has formed; returns rank 0's report."""
-        self._wait_keys([formed_key(gen)], timeout_s)
+        of_gen = [m["members"] for m in self.membership if m["gen"] == gen]
+        self._wait_keys([formed_key(gen)], timeout_s, among=of_gen[0] if of_gen else None)
         return json.loads(self.store.get(formed_key(gen)))
 
     def wait(self, timeout_s: float = 300.0) -> dict[str, int]:
@@ -229,17 +257,35 @@ class LocalController:
         self._next += 1
         return f"w{self._next - 1}"
 
-    def _wait_keys(self, keys: list[str], timeout_s: float) -> None:
-        """Wait for store keys; fail early if a worker crashed (rather than was SIGKILLed)."""
+    def _wait_keys(
+        self,
+        keys: list[str],
+        timeout_s: float,
+        among: Sequence[str] | None = None,
+        *,
+        killed_too: bool = False,
+    ) -> None:
+        """Wait for store keys; fail early if one of the workers ``among`` (default: all)
+        crashed. A SIGKILLed worker counts only with ``killed_too``: a member killed on purpose
+        is dropped and replaced, but a joiner killed before it is ready will never be."""
+        watched = list(self.procs) if among is None else list(among)
         deadline = time.monotonic() + timeout_s
         while not self.store.check(keys):
-            crashed = {w: rc for w, p in self.procs.items() if (rc := p.poll()) not in (None, 0)}
-            crashed = {w: rc for w, rc in crashed.items() if rc != -signal.SIGKILL}
+            crashed = {w: rc for w in watched if (rc := self.procs[w].poll()) not in (None, 0)}
+            if not killed_too:
+                crashed = {w: rc for w, rc in crashed.items() if rc != -signal.SIGKILL}
             if crashed:
-                raise RuntimeError(f"workers crashed: {crashed}; see {self.log_dir}")
+                raise WorkerCrashed(crashed, self.log_dir)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out waiting for {keys}")
             self._stop.wait(0.01)
+
+    def _stop_workers(self, workers: Sequence[str]) -> None:
+        for w in workers:
+            p = self.procs[w]
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
 
     def _publish(self, members: tuple[str, ...]) -> int:
         gen = self.ctl["gen"] + 1

@@ -4,7 +4,10 @@ One per job, on the service's machine. It hosts the job's rendezvous (through
 ``LocalController``), starts one worker per device, and carries out the orders the server writes
 into the job directory: a new device set (grow, shrink, move) or "suspend" (checkpoint, then
 stop). It reports in ``status.json``. A worker that dies is dropped at once by the controller and
-then replaced on its device, a few times at most, so a job keeps the devices it was given.
+the job trains on with the others. After a short rest its device gets a new worker, so a job
+keeps the devices it was given; a device whose worker fails again (a GPU that is failing) is
+left idle until the orders take it away and give it back, and the job carries on without it.
+Retries are bounded, so a program that fails everywhere fails the job with its error.
 
 Exit status: 0 when the job's last workers all finished training (or it was suspended), 1 when
 training failed; the reason is in ``status.json`` under ``error``.
@@ -20,20 +23,31 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .control import LocalController, formed_key
+from .control import LocalController, WorkerCrashed, formed_key
 from .jobdir import JobDir, process_start_time, read_json
 
 TICK_S = 0.1
-MAX_REPLACEMENTS = 3
+MAX_REPLACEMENTS = 3  # new workers on devices whose worker failed, over the job's life
+MAX_DEVICE_FAILURES = 2  # failed workers on one device before it is left idle
+# A failed worker's device rests this long before a new worker starts on it: a lost GPU takes
+# its worker down first, and the server's order to give it up follows within a reading or two.
+REPLACE_DELAY_S = 1.0
 SUSPEND_TIMEOUT_S = 120.0
 
 
 def device_env(device: Mapping[str, Any]) -> dict[str, str]:
-    """A worker's view of its device: one GPU, or none for a virtual device (a CPU slot)."""
-    return {
-        "CUDA_VISIBLE_DEVICES": "" if device["virtual"] else str(device["index"]),
-        "EDT_DEVICE_ID": str(device["id"]),
-    }
+    """A worker's view of its device: one GPU, or none for a virtual device (a CPU slot).
+
+    A GPU is named by its UUID when it has one: NVML indices shift when a GPU disappears and
+    need not follow CUDA's order, a UUID names the same GPU for both.
+    """
+    if device["virtual"]:
+        visible = ""
+    elif uuid := device.get("uuid"):
+        visible = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+    else:
+        visible = str(device["index"])
+    return {"CUDA_VISIBLE_DEVICES": visible, "EDT_DEVICE_ID": str(device["id"])}
 
 
 class Driver:
@@ -54,6 +68,10 @@ class Driver:
         self.device_of: dict[str, dict[str, Any]] = {}  # worker id -> device
         self.orders_seq = 0
         self.replacements = 0
+        self.device_failures: dict[str, int] = {}  # device id -> workers failed on it
+        self.failed_at: dict[str, float] = {}  # device id -> monotonic time of the last failure
+        self.failures_seen = 0  # controller failure records already counted
+        self.moving_gen: int | None = None  # a move waits for this generation's state transfer
         self.ctl: LocalController | None = None
 
     # life ---------------------------------------------------------------------------------
@@ -97,52 +115,107 @@ class Driver:
                 self._apply(orders["devices"])
             if all(p.poll() is not None for p in ctl.procs.values()):
                 return self._finished()
-            self._replace_dead()
+            error = self._reconcile()
+            if error is not None:
+                return self._exit(1, error)
             time.sleep(TICK_S)
 
     # orders -------------------------------------------------------------------------------
 
     def _apply(self, devices: list[dict[str, Any]]) -> None:
-        """Move to exactly these devices: keep the workers on devices that stay, start one
-        worker per new device, and let the workers on devices taken away leave."""
-        assert self.ctl is not None
+        """Take these devices as the job's allocation; :meth:`_reconcile` moves the workers.
+
+        A device that left the allocation and comes back is tried afresh: the server dealt it
+        out again because it answers again."""
         self.devices = devices
-        wanted = {d["id"]: d for d in devices}
-        keep = [w for w in self.ctl.members if self.device_of[w]["id"] in wanted]
+        wanted = {d["id"] for d in devices}
+        for device_id in [d for d in self.device_failures if d not in wanted]:
+            del self.device_failures[device_id]
+            self.failed_at.pop(device_id, None)
+        self._report()
+
+    def _reconcile(self) -> str | None:
+        """Bring the workers to the allocation: keep the workers on devices that stay, start
+        one worker per vacant device that may take one, and let the workers on devices taken
+        away leave. Returns an error when the job cannot go on."""
+        assert self.ctl is not None
+        ctl = self.ctl
+        self._count_failures()
+        members = ctl.members
+        if not members:
+            return None  # nobody left to carry the state: once all have exited, it has failed
+        if self.moving_gen is not None:
+            formed = {self.moving_gen, ctl.ctl["gen"]}
+            if not any(ctl.store.check([formed_key(g)]) for g in formed):
+                return None  # the newcomers have not received the state yet
+            self.moving_gen = None
+        wanted = {d["id"] for d in self.devices}
+        keep = [w for w in members if self.device_of[w]["id"] in wanted]
         held = {self.device_of[w]["id"] for w in keep}
-        new = [d for d in devices if d["id"] not in held]
-        moving = not keep and bool(self.ctl.members)
+        vacant = [d for d in self.devices if d["id"] not in held]
+        new = [d for d in vacant if self._may_start(d["id"])]
+        if not new and len(keep) == len(members):
+            return None
+        if not keep and not new:
+            retry = self.replacements < MAX_REPLACEMENTS and any(
+                self.device_failures.get(d["id"], 0) < MAX_DEVICE_FAILURES for d in vacant
+            )
+            if retry:
+                return None  # a device of the allocation rests before its next try
+            return (
+                "no device of the allocation could run a worker: failures "
+                f"{self.device_failures}: {self._log_tail(self._last_failed())}"
+            ).strip()
+        moving = not keep
+        self.replacements += sum(1 for d in new if d["id"] in self.device_failures)
         # A job moved to all-new devices grows onto them first, so the joiners receive the
-        # state from the workers that then leave; otherwise nobody would hold it.
-        _, joiners = self.ctl.resize(
-            list(self.ctl.members) if moving else keep,
-            [device_env(d) for d in new],
-            wait=moving,
-        )
+        # state from the workers that leave once it has formed; otherwise nobody would hold it.
+        try:
+            gen, joiners = ctl.resize(
+                list(members) if moving else keep, [device_env(d) for d in new], wait=False
+            )
+        except WorkerCrashed as err:
+            for w, d in zip(err.joiners, new, strict=True):
+                self.device_of[w] = d
+                if w in err.codes:
+                    self._failed_on(d["id"])
+            self._report()
+            return None
         for w, d in zip(joiners, new, strict=True):
             self.device_of[w] = d
         if moving:
-            self.ctl.resize(joiners, [], wait=False)
+            self.moving_gen = gen
         self._report()
+        return None
 
-    def _replace_dead(self) -> None:
-        """Give the device of a worker that died to a new worker (the controller has already
-        re-formed the group without it)."""
+    def _may_start(self, device_id: str) -> bool:
+        """Whether a vacant device may get a worker now: not one that keeps failing, not right
+        after a failure, and not beyond the job's budget of replacements."""
+        failures = self.device_failures.get(device_id, 0)
+        if failures == 0:
+            return True
+        if failures >= MAX_DEVICE_FAILURES or self.replacements >= MAX_REPLACEMENTS:
+            return False
+        return time.monotonic() - self.failed_at[device_id] >= REPLACE_DELAY_S
+
+    def _count_failures(self) -> None:
+        """Charge each worker the controller dropped as dead to its device."""
         assert self.ctl is not None
-        members = self.ctl.members
-        if not members:
-            return  # nobody left to carry the state: the job has failed
-        held = {self.device_of[w]["id"] for w in members}
-        vacant = [d for d in self.devices if d["id"] not in held]
-        if not vacant or self.replacements >= MAX_REPLACEMENTS:
-            return
-        self.replacements += len(vacant)
-        _, joiners = self.ctl.resize(
-            list(self.ctl.members), [device_env(d) for d in vacant], wait=False
-        )
-        for w, d in zip(joiners, vacant, strict=True):
-            self.device_of[w] = d
-        self._report()
+        records = self.ctl.failures[self.failures_seen :]
+        self.failures_seen += len(records)
+        for record in records:
+            for w in record["dead"]:
+                if w in self.device_of:
+                    self._failed_on(self.device_of[w]["id"])
+
+    def _failed_on(self, device_id: str) -> None:
+        self.device_failures[device_id] = self.device_failures.get(device_id, 0) + 1
+        self.failed_at[device_id] = time.monotonic()
+
+    def _last_failed(self) -> str:
+        assert self.ctl is not None
+        failed = [w for w, p in self.ctl.procs.items() if p.poll() not in (None, 0)]
+        return failed[-1] if failed else ""
 
     def _suspend(self) -> int:
         """Checkpoint at the next step boundary, then stop every worker."""
@@ -200,6 +273,7 @@ class Driver:
             members = [w for w in self.ctl.members if w in self.device_of]
             self.status["workers"] = {w: self.device_of[w]["id"] for w in members}
             self.status["pids"] = {w: self.ctl.procs[w].pid for w in members}
+            self.status["device_failures"] = dict(self.device_failures)
         self.dir.write_status(self.status)
 
 

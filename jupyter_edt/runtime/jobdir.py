@@ -7,8 +7,10 @@ which is how a restarted server finds its running jobs again.
 
 Layout of ``<jobs_dir>/<job id>/``:
   job.json      the program to run (written once by the server)
-  orders.json   ``{"seq": n, "action": "run" | "suspend", "devices": [...]}`` (server)
-  status.json   ``{"pid": ..., "state": ..., "generation": ..., "workers": [...]}`` (driver)
+  orders.json   ``{"seq": n, "action": "run" | "suspend", "devices": [...]}`` (server); a device
+                is ``{"id", "index", "uuid", "virtual"}``
+  status.json   ``{"pid": ..., "state": ..., "generation": ..., "workers": {...}}`` (driver),
+                with ``device_failures``: device id -> workers that failed on it
   code/         the submitted code; the working directory of every process
   result/       RESULT_DIR: checkpoints, the final model
   logs/         LOG_DIR: one stdout/stderr pair and one events file per process
