@@ -4,6 +4,7 @@ losing its training state."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -94,3 +95,36 @@ def test_a_worker_sees_its_gpu_by_uuid_and_a_virtual_device_as_no_gpu(tmp_path):
     assert device_env({"id": "gpu3", "index": 3, "virtual": False})["CUDA_VISIBLE_DEVICES"] == "3"
     bare_uuid = {"id": "gpu4", "index": 0, "uuid": "5e0c2a1b", "virtual": False}
     assert device_env(bare_uuid)["CUDA_VISIBLE_DEVICES"] == "GPU-5e0c2a1b"
+
+
+def test_a_driver_whose_job_directory_is_removed_stops_its_workers(tmp_path):
+    """A deleted job (its directory removed) must not leave a driver and workers training
+    into the void: the driver's status writes would otherwise recreate the directory."""
+    d = JobDir(tmp_path / "job")
+    d.create()
+    (d.code / "main.py").write_text(program(epochs=1000, delay=0.05))
+    write_json_atomic(d.job, {"id": "j1", "program": [str(d.code / "main.py")], "max_gpus": 2})
+    d.write_orders({"seq": 1, "action": "run", "devices": [device(0), device(1)]})
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_edt.runtime.driver", str(d.root)],
+        stdout=(tmp_path / "driver.out").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        running = wait_status(d, lambda s: s["state"] == "running" and len(s["pids"]) == 2, "ran")
+        shutil.rmtree(d.root)
+        assert driver.wait(timeout=DEADLINE_S) == 1, (tmp_path / "driver.out").read_text()
+    finally:
+        driver.kill()
+    for pid in running["pids"].values():
+        assert not _alive(pid), f"worker {pid} outlived its driver"
+    assert not d.root.exists()
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process (not a zombie) with this PID exists."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False

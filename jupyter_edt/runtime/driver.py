@@ -103,6 +103,8 @@ class Driver:
         assert self.ctl is not None
         ctl = self.ctl
         while True:
+            if not self.dir.job.exists():
+                return self._abandoned()
             gen = ctl.ctl["gen"]
             if self.status["state"] == "starting" and ctl.store.check([formed_key(gen)]):
                 self.status["state"] = "running"
@@ -257,6 +259,12 @@ class Driver:
         except FileNotFoundError:
             return ""
         return data.decode(errors="replace").strip()
+
+    def _abandoned(self) -> int:
+        """The job was deleted (its directory removed): stop every worker and leave without a
+        report, which would only recreate the directory (``close`` stops the workers)."""
+        print("the job directory was removed: stopping the job's workers", file=sys.stderr)
+        return 1
 
     def _exit(self, code: int, error: str | None) -> int:
         if self.status["state"] not in ("suspended", "exited"):
