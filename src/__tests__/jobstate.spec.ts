@@ -152,6 +152,34 @@ describe('advanceProgress', () => {
       ])
     ).toEqual(later);
   });
+
+  it('counts the iterations of a program that reports only emetrics', () => {
+    const emetrics = (iteration: number, group = 'train') => ({
+      type: 'emetrics',
+      group,
+      iteration,
+      loss: 0.5
+    });
+    const row = (progress: ReturnType<typeof advanceProgress>) => ({
+      ...upsertJob(new Map(), job('a')).get('a')!,
+      progress
+    });
+    const seen = advanceProgress(null, [emetrics(4), emetrics(2, 'test')]);
+    expect(progressOf(row(seen))).toEqual({
+      fraction: null,
+      text: 'iteration 4'
+    });
+    expect(progressOf(row(advanceProgress(seen, [emetrics(9)])))).toEqual({
+      fraction: null,
+      text: 'iteration 9'
+    });
+    // once the runtime's own step records arrive, they tell the progress
+    const stepped = advanceProgress(seen, [
+      { type: 'step', global_step: 7, epoch: 0, step: 7 },
+      emetrics(12)
+    ]);
+    expect(progressOf(row(stepped)).text).toBe('epoch 1/2 · step 7');
+  });
 });
 
 describe('visibleJobs', () => {

@@ -21,6 +21,11 @@ export interface IJobProgress {
   epochsDone: number;
   /** Steps of a finished epoch, when one has finished. */
   stepsPerEpoch: number | null;
+  /**
+   * The last iteration of a program that reports only WMLA emetrics records
+   * (no runtime step or epoch records): its progress is this iteration.
+   */
+  iteration?: number;
 }
 
 /** One row of the job list. */
@@ -69,7 +74,10 @@ function finite(value: unknown): value is number {
   return typeof value === 'number' && Number.isFinite(value);
 }
 
-/** Progress after these metric records (step records and epoch records). */
+/**
+ * Progress after these metric records: step and epoch records of the runtime,
+ * else the iterations of emetrics records (a WMLA program's own metrics).
+ */
 export function advanceProgress(
   progress: IJobProgress | null,
   records: readonly IMetricRecord[]
@@ -86,6 +94,7 @@ export function advanceProgress(
       };
       out = {
         ...base,
+        iteration: undefined,
         epochsDone: Math.max(base.epochsDone, record.epoch + 1),
         stepsPerEpoch:
           base.epoch === record.epoch ? base.step + 1 : base.stepsPerEpoch
@@ -101,6 +110,19 @@ export function advanceProgress(
         epochsDone: out?.epochsDone ?? 0,
         stepsPerEpoch: out?.stepsPerEpoch ?? null
       };
+    } else if (record.type === 'emetrics' && finite(record.iteration)) {
+      if (out === null) {
+        out = {
+          epoch: 0,
+          step: 0,
+          globalStep: 0,
+          epochsDone: 0,
+          stepsPerEpoch: null,
+          iteration: record.iteration
+        };
+      } else if (out.iteration !== undefined) {
+        out = { ...out, iteration: Math.max(out.iteration, record.iteration) };
+      }
     }
   }
   return out;
@@ -295,6 +317,9 @@ export function progressOf(row: IJobRow): {
   }
   if (progress === null) {
     return { fraction: null, text: '' };
+  }
+  if (progress.iteration !== undefined) {
+    return { fraction: null, text: `iteration ${progress.iteration}` };
   }
   const epochs = plannedEpochs(job);
   let fraction: number | null = null;
