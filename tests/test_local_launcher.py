@@ -35,14 +35,16 @@ async def test_environment_and_logs(tmp_path):
         sys.exit(3)
     """
     launcher = LocalLauncher()
-    gpu = await launcher.start(spec(tmp_path, code, env={"EDT_JOB_ID": "j1"}, devices=[1, 3]))
+    gpu = await launcher.start(
+        spec(tmp_path, code, env={"EDT_JOB_ID": "j1"}, devices=[1, "GPU-5e0c2a1b"])
+    )
     assert await gpu.wait() == 3
     cpu = await launcher.start(
         spec(tmp_path, code, name="worker-1", env={"EDT_JOB_ID": "j1"}, virtual_devices=True)
     )
     assert await cpu.wait() == 3
     out, err = log_paths(tmp_path / "logs", "worker-0")
-    assert "cvd='1,3' job=j1" in out.read_text()
+    assert "cvd='1,GPU-5e0c2a1b' job=j1" in out.read_text()
     assert f"cwd={tmp_path}" in out.read_text()
     assert err.read_text() == "oops\n"
     out1, _ = log_paths(tmp_path / "logs", "worker-1")

@@ -15,7 +15,8 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class ProcessSpec:
-    """One process of a job. `devices` are the device indices it may use (none: CPU only)."""
+    """One process of a job. `devices` are the GPUs it may use, as CUDA_VISIBLE_DEVICES names
+    them: indices or, better, UUIDs, which do not shift when a GPU disappears (none: CPU only)."""
 
     job_id: str
     name: str  # "driver", "worker-0", ...: unique within the job, used for its log files
@@ -23,7 +24,7 @@ class ProcessSpec:
     cwd: Path
     log_dir: Path
     env: Mapping[str, str] = field(default_factory=dict)
-    devices: Sequence[int] = ()
+    devices: Sequence[int | str] = ()
     virtual_devices: bool = False
 
 
