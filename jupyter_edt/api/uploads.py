@@ -149,6 +149,8 @@ class SubmitHandler(JobsHandler):
     """`JobsHandler` that also takes a multipart upload: a `spec` part (the JSON spec,
     without `code` or `script`) and a `file` part (a .tar, .tar.gz or .zip of the code)."""
 
+    #: the multipart form this handler reads (a subclass may take other parts)
+    form_class: type[UploadForm] = UploadForm
     _form: UploadForm | None = None
     _body: bytearray | None = None
     _upload: IO[bytes] | None = None
@@ -189,7 +191,7 @@ class SubmitHandler(JobsHandler):
         if not isinstance(boundary, str) or not boundary:
             raise APIError(400, "The multipart Content-Type has no boundary.", "body")
         self._upload = tempfile.TemporaryFile()  # noqa: SIM115 - closed in on_finish
-        self._form = UploadForm(
+        self._form = self.form_class(
             boundary.encode("latin-1"), self._upload, max_file=self.max_upload_bytes
         )
 
@@ -212,15 +214,7 @@ class SubmitHandler(JobsHandler):
             self.request.body = bytes(self._body or b"")
             await super().post()
             return
-        form = self._form
-        if self._error is None:
-            try:
-                form.close()
-            except FormError as err:
-                self._error = err
-        if self._error is not None:
-            raise APIError(self._error.status, str(self._error), self._error.field)
-        assert self._upload is not None and form.filename is not None
+        form = self._received_form()
         with api_errors():
             try:
                 data = json.loads(form.spec.getvalue() or b"null")
@@ -235,6 +229,21 @@ class SubmitHandler(JobsHandler):
             )
         self.set_header("Location", self.request.path.rstrip("/") + "/" + job["id"])
         self.write_json(job, status=201)
+
+    def _received_form(self) -> UploadForm:
+        """The whole multipart body, checked: an error met while it streamed in, or at its
+        end, becomes the 4xx answer naming the part."""
+        form = self._form
+        assert form is not None
+        if self._error is None:
+            try:
+                form.close()
+            except FormError as err:
+                self._error = err
+        if self._error is not None:
+            raise APIError(self._error.status, str(self._error), self._error.field)
+        assert self._upload is not None and form.filename is not None
+        return form
 
     def on_finish(self) -> None:
         if self._upload is not None:

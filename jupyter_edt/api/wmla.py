@@ -38,11 +38,7 @@ class ExecsMixin:
 
 @web.stream_request_body
 class ExecsHandler(ExecsMixin, SubmitHandler):
-    async def prepare(self) -> None:
-        await super().prepare()
-        if self._form is not None:  # multipart: the same streaming, without a spec part
-            boundary = self._form.delimiter[len(b"\r\n--") :]
-            self._form = ExecForm(boundary, self._form.file, max_file=self._form.max_file)
+    form_class = ExecForm  # the native upload's streaming, without a spec part
 
     @web.authenticated
     @authorized
@@ -54,19 +50,11 @@ class ExecsHandler(ExecsMixin, SubmitHandler):
     @authorized
     async def post(self) -> None:
         self._posting = True
-        form = self._form
-        if form is None:
+        if self._form is None:
             raise APIError(
                 400, "Send the .modelDir.tar as the 'file' part of multipart/form-data.", "file"
             )
-        if self._error is None:
-            try:
-                form.close()
-            except FormError as err:
-                self._error = err
-        if self._error is not None:
-            raise APIError(self._error.status, str(self._error), self._error.field)
-        assert self._upload is not None and form.filename is not None
+        form = self._received_form()
         with api_errors():
             view = await self.execs.submit(
                 self.user_name,
