@@ -11,6 +11,7 @@ import { Widget } from '@lumino/widgets';
 import type { Message } from '@lumino/messaging';
 
 import { downloadUrl, listArtifacts, type IArtifact } from '../api';
+import { el } from '../dom';
 import { formatBytes } from '../format';
 import { ALL_LOGS, JobController } from '../widgets/controller';
 import { restJobApi, webSocketFactory, type IJobInfo } from '../widgets/jobapi';
@@ -75,19 +76,6 @@ export interface IJobDetailOptions {
   listArtifacts?: (jobId: string) => Promise<IArtifact[]>;
   /** Cap on points per chart series. */
   maxPoints?: number;
-}
-
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  node.className = className;
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
 }
 
 function section(title: string, className: string): HTMLElement {

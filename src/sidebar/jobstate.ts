@@ -5,6 +5,7 @@
  */
 import type { IMetricRecord } from '../charts/series';
 import {
+  plannedEpochs,
   TERMINAL_STATES,
   type IJobEvent,
   type IJobInfo,
@@ -298,12 +299,6 @@ export function formatDuration(seconds: number): string {
     return `${h} h ${String(m % 60).padStart(2, '0')} min`;
   }
   return `${Math.floor(h / 24)} d ${h % 24} h`;
-}
-
-/** Planned epochs when the job's spec says (EDT_EPOCHS). */
-export function plannedEpochs(job: IJobInfo): number | null {
-  const value = Number(job.spec?.env?.EDT_EPOCHS);
-  return Number.isInteger(value) && value > 0 ? value : null;
 }
 
 /** The fraction done (0-1) when it can be told, and a short text. */

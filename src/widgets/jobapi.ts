@@ -45,6 +45,12 @@ export interface IJobInfo {
   finished: number | null;
 }
 
+/** Planned epochs when the job's spec says (EDT_EPOCHS). */
+export function plannedEpochs(job: Pick<IJobInfo, 'spec'>): number | null {
+  const value = Number(job.spec?.env?.EDT_EPOCHS);
+  return Number.isInteger(value) && value > 0 ? value : null;
+}
+
 /** One page of GET jobs/{id}/metrics. */
 export interface IMetricsPage {
   metrics: IMetricRecord[];

@@ -9,7 +9,9 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { AllocationTimeline } from '../charts/allocation';
 import { LossChart } from '../charts/loss';
 import type { IProgress } from '../charts/series';
+import { el } from '../dom';
 import { ALL_LOGS, type JobController } from './controller';
+import { plannedEpochs } from './jobapi';
 
 /** Options of a job panel. */
 export interface IJobPanelOptions {
@@ -29,25 +31,6 @@ export async function confirmCancelDialog(name: string): Promise<boolean> {
     ]
   });
   return result.button.accept;
-}
-
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  node.className = className;
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
-}
-
-/** Number of training epochs when the job's spec says (EDT_EPOCHS). */
-function plannedEpochs(spec: { env?: Record<string, string> }): number | null {
-  const value = Number(spec?.env?.EDT_EPOCHS);
-  return Number.isInteger(value) && value > 0 ? value : null;
 }
 
 /** "epoch 2/3 · step 5/16 · global step 37" and the fraction done, if known. */
@@ -238,7 +221,7 @@ export class JobPanel {
     const held = job?.devices.length ?? 0;
     this._gpus.textContent = job ? `${held} / ${job.max_gpus}` : '–';
     const progress = c.loss.progress;
-    const planned = job ? plannedEpochs(job.spec) : null;
+    const planned = job ? plannedEpochs(job) : null;
     const { text, fraction } = describeProgress(progress, planned);
     // Without step records, a WMLA program's emetrics say how far it is.
     const iteration = c.loss.lastIteration;
