@@ -182,6 +182,23 @@ def test_appends_are_batched_into_float64_buffers():
     assert len(sent.messages) == 2  # nothing new, nothing sent
 
 
+@pytest.mark.parametrize("uptime", [0.0, 12.5, 821.0])
+def test_the_first_point_goes_at_once_on_a_machine_booted_moments_ago(uptime):
+    """A monotonic clock counts from boot: right after boot it is below the flush interval,
+    which must not hold the first point back (it did with "last sent" starting at 0.0)."""
+    now = [uptime]
+    chart = LossChart(flush_interval=3600, clock=lambda: now[0])
+    sent = Sent(chart)
+    chart.append(0, loss=1.0)
+    assert len(sent.messages) == 1
+    chart.append(1, loss=0.5)
+    assert len(sent.messages) == 1  # the interval has not passed since the first
+    now[0] += 3600
+    chart.append(2, loss=0.25)
+    assert len(sent.messages) == 2
+    assert sent.decoded(1)["loss"][0] == [1.0, 2.0]
+
+
 def test_the_last_points_are_sent_when_the_loop_pauses():
     chart = LossChart(flush_interval=0.05)
     sent = Sent(chart)

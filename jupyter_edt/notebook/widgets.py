@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import ipywidgets
@@ -128,15 +128,24 @@ class LossChart(ipywidgets.DOMWidget):
     height = Int(240, help="Chart height in pixels").tag(sync=True)
     max_points = Int(DEFAULT_MAX_POINTS, help="Points kept per series").tag(sync=True)
 
-    def __init__(self, *, flush_interval: float = FLUSH_INTERVAL_S, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        flush_interval: float = FLUSH_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if self.max_points < 4:
             raise ValueError(f"max_points must be at least 4, got {self.max_points}")
         self.flush_interval = flush_interval
+        # A monotonic clock counts from an arbitrary point (boot, on Linux): "never sent" is
+        # None, not 0.0, or a machine up for less than `flush_interval` holds the first point.
+        self._clock = clock
+        self._last_sent: float | None = None
         self._lock = threading.RLock()
         self._series: dict[str, tuple[array, array]] = {}
         self._pending: dict[str, tuple[array, array]] = {}
-        self._last_sent = 0.0
         self._timer: threading.Timer | None = None
         self.messages_sent = 0
         self.on_msg(self._on_frontend_msg)
@@ -195,7 +204,10 @@ class LossChart(ipywidgets.DOMWidget):
     # -- sending ----------------------------------------------------------------------------
 
     def _schedule(self) -> None:
-        wait = self._last_sent + self.flush_interval - time.monotonic()
+        if self._last_sent is None:
+            self.flush()
+            return
+        wait = self._last_sent + self.flush_interval - self._clock()
         if wait <= 0:
             self.flush()
         elif self._timer is None:
@@ -221,7 +233,7 @@ class LossChart(ipywidgets.DOMWidget):
             "names": names,
             "counts": [len(series[n][0]) for n in names],
         }
-        self._last_sent = time.monotonic()
+        self._last_sent = self._clock()
         if self.comm is None:
             return  # closed
         self.send(content, buffers=buffers)

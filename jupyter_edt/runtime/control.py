@@ -336,7 +336,8 @@ class LocalController:
                         stuck_since = None
                         continue
                     now = time.monotonic()
-                    stuck_since = stuck_since or now
+                    if stuck_since is None:  # not `or`: a monotonic time may be 0.0
+                        stuck_since = now
                     if now - stuck_since < 0.25:
                         continue
                 stuck_since = None
