@@ -70,10 +70,20 @@ def goodput_clusters(draw):
     return out, devices
 
 
+@st.composite
+def rigid_clusters(draw):
+    """Clusters where some running jobs are rigid, and some devices may have vanished."""
+    jobs, devices = draw(st.one_of(clusters(), goodput_clusters()))
+    jobs = [replace(j, rigid=bool(j.current) and draw(st.booleans())) for j in jobs]
+    gone = draw(st.sets(st.sampled_from([d.id for d in devices]))) if devices else set()
+    return jobs, [d for d in devices if d.id not in gone]
+
+
 #: Fair-share and priority read remaining steps and throughput only to order ties, so their
 #: properties must hold whether jobs report them or not.
 any_clusters = st.one_of(clusters(), goodput_clusters())
 policies = st.sampled_from(["fair-share", "priority"])
+all_policies = st.sampled_from(["fair-share", "priority", "goodput"])
 
 
 def totals(result, jobs, key):
@@ -98,16 +108,57 @@ def test_no_device_twice_and_min_max_respected(case, policy, interval):
 
 
 @settings(max_examples=300, deadline=None)
-@given(any_clusters, policies, st.sampled_from([0.0, 30.0]))
+@given(st.one_of(any_clusters, rigid_clusters()), policies, st.sampled_from([0.0, 30.0]))
 def test_work_conserving(case, policy, interval):
-    """No device idles while an admitted job is below its max."""
+    """No device idles while an admitted job that can grow (not rigid) is below its max."""
     jobs, devices = case
     result = allocate(jobs, devices, policy, now=100.0, min_rescale_interval=interval)
     idle = len(devices) - sum(len(ids) for ids in result.values())
     if idle > 0:
         for job in jobs:
-            if result[job.id]:
+            if result[job.id] and not job.rigid:
                 assert len(result[job.id]) == job.max_gpus
+
+
+@settings(max_examples=400, deadline=None)
+@given(rigid_clusters(), all_policies, st.sampled_from([0.0, 30.0]))
+def test_rigid_jobs_keep_exactly_their_devices_or_get_none(case, policy, interval):
+    """A rigid job is never resized or moved: it keeps every device it holds, or none (it is
+    stopped); one whose devices are not all there any more gets none. Nothing is given twice."""
+    jobs, devices = case
+    result = allocate(jobs, devices, policy, now=100.0, min_rescale_interval=interval)
+    present = {d.id for d in devices}
+    given_out = [d for ids in result.values() for d in ids]
+    assert len(given_out) == len(set(given_out)) and set(given_out) <= present
+    for job in jobs:
+        if job.rigid:
+            assert set(result[job.id]) in (set(), set(job.current))
+            if not set(job.current) <= present:
+                assert result[job.id] == []
+        n = len(result[job.id])
+        assert n == 0 or job.min_gpus <= n <= job.max_gpus
+
+
+def test_a_rigid_job_is_not_shrunk_for_a_newcomer_and_keeps_its_devices():
+    """Elastic, "a" would cede half of its devices to "b"; rigid, it keeps all 4 and "b" waits
+    (fair-share) until it ends. Under priority a higher "b" stops it instead."""
+    devices = [DeviceSlot(f"g{i}") for i in range(4)]
+    a = JobDemand("a", "ana", max_gpus=4, current=("g0", "g1", "g2", "g3"), rigid=True)
+    b = JobDemand("b", "bo", max_gpus=4, submitted=1.0)
+    assert allocate([a, b], devices) == {"a": ["g0", "g1", "g2", "g3"], "b": []}
+    assert allocate([replace(a, rigid=False), b], devices) == {
+        "a": ["g0", "g1"],
+        "b": ["g2", "g3"],
+    }
+    high = replace(b, priority=1, min_gpus=2)
+    assert allocate([a, high], devices, "priority") == {"a": [], "b": ["g0", "g1", "g2", "g3"]}
+
+
+def test_a_rigid_job_that_lost_a_device_gets_none_and_frees_the_rest():
+    devices = [DeviceSlot(f"g{i}") for i in (0, 1, 3)]  # g2 is gone
+    a = JobDemand("a", "ana", max_gpus=4, current=("g0", "g1", "g2", "g3"), rigid=True)
+    b = JobDemand("b", "bo", max_gpus=4, submitted=1.0)
+    assert allocate([a, b], devices) == {"a": [], "b": ["g0", "g1", "g3"]}
 
 
 @settings(max_examples=300, deadline=None)
@@ -499,6 +550,7 @@ def test_orders_free_devices_before_another_job_takes_them():
             "created": created,
             "devices": held,
             "rescaled": None,
+            "elastic": True,
         }
         for job_id, created, held in (("a", 0.0, ["n0g0", "n1g0"]), ("b", 1.0, ["n0g1", "n2g0"]))
     ]

@@ -25,6 +25,10 @@ and property-tested. The policy works in four steps:
 Stability: a running job rescaled less than `min_rescale_interval` ago keeps its device count,
 unless a waiting job is being admitted or devices would otherwise idle.
 
+Rigid jobs (`JobDemand.rigid`: their program does not use the elastic runtime, or has not
+announced it yet) cannot be resized: one that holds devices keeps exactly those, or gets none
+(under `priority`, it is suspended, which stops it); one that lost a device gets none.
+
 `goodput` keeps the levels and replaces steps 2 to 4 (see `_count_goodput` and `_repack`): it
 admits waiting jobs least remaining work first, gives each spare device where it speeds a job
 up most, weighted toward jobs with little remaining time, judged from the throughput each job
@@ -82,6 +86,8 @@ class JobDemand:
     #: Throughput measured at each device count the job ran on, in steps/s (with
     #: `remaining_steps`, it gives the remaining time). Unmeasured counts: `throughput_curve`.
     throughput: Mapping[int, float] | None = field(default=None, hash=False)
+    #: Runs on the devices it started with or on none: it is never resized or moved.
+    rigid: bool = False
 
     def __post_init__(self) -> None:
         if self.min_gpus < 1:
@@ -119,9 +125,13 @@ def allocate(
         raise ValueError("Device ids must be unique.")
     existing = {d.id for d in devices}
     held = {j.id: [d for d in j.current if d in existing] for j in jobs}
+    # A rigid job that lost a device cannot shrink onto the others: it gets none (stops).
+    stopped = [j for j in jobs if j.rigid and len(held[j.id]) < len(j.current)]
+    jobs = [j for j in jobs if j not in stopped]
+    pinned = {j.id: len(held[j.id]) for j in jobs if j.rigid and held[j.id]}
 
     count = _count_goodput if policy == "goodput" else _count
-    counts = count(jobs, held, len(devices), policy, frozen={})
+    counts = count(jobs, held, len(devices), policy, frozen=pinned)
     if min_rescale_interval > 0 and not any(counts.get(j.id) and not held[j.id] for j in jobs):
         # No waiting job is being admitted: hold recently rescaled jobs at their count.
         frozen = {
@@ -131,19 +141,21 @@ def allocate(
             and j.last_rescale is not None
             and now - j.last_rescale < min_rescale_interval
             and j.min_gpus <= len(held[j.id]) <= j.max_gpus
-        }
-        if frozen:
+        } | pinned
+        if frozen.keys() - pinned.keys():
             steady = count(jobs, held, len(devices), policy, frozen)
             if steady.keys() == counts.keys():  # stability never suspends or delays a job
                 counts = steady
     if policy == "goodput":
-        return _repack(jobs, counts, devices, held)
-    recent = {
-        j.id
-        for j in jobs
-        if j.last_rescale is not None and now - j.last_rescale < min_rescale_interval
-    }
-    return _place(jobs, counts, devices, held, recent)
+        placed = _repack(jobs, counts, devices, held)
+    else:
+        recent = {
+            j.id
+            for j in jobs
+            if j.last_rescale is not None and now - j.last_rescale < min_rescale_interval
+        }
+        placed = _place(jobs, counts, devices, held, recent | pinned.keys())
+    return placed | {j.id: [] for j in stopped}
 
 
 def _levels(jobs: Sequence[JobDemand], policy: PolicyName) -> list[list[JobDemand]]:
@@ -194,7 +206,7 @@ def _count(
         # Stability never leaves a device idle: frozen jobs may still grow into what is left.
         # (A frozen job that no longer fits is not admitted here; `allocate` then drops this
         # count, as stability never suspends a job.)
-        grown = [j for j in jobs if j.id in frozen and j.id in counts]
+        grown = [j for j in jobs if j.id in frozen and j.id in counts and not j.rigid]
         free = _fill(grown, counts, free, order, skip=set())
     return counts
 
