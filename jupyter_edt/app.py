@@ -13,7 +13,7 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Enum, Float, Int, List, Unicode, default, observe, validate
 
 from . import __version__
-from .api import default_handlers
+from .api import default_handlers, not_found_handlers
 from .api.wmla import wmla_handlers
 from .jobs.runner import DriverRunner
 from .jobs.service import JobService
@@ -233,6 +233,7 @@ class EDTApp(ExtensionApp):
     def initialize_handlers(self) -> None:
         self.handlers.extend(default_handlers)
         self.handlers.extend(wmla_handlers)
+        self.handlers.extend(not_found_handlers)  # last
 
     async def stop_extension(self) -> None:
         if self._ticker is not None:

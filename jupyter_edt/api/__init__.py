@@ -6,6 +6,7 @@ from .artifacts import ArtifactHandler, ArtifactsHandler, ResultZipHandler
 from .cluster import ClusterHandler
 from .events import EventsHandler
 from .jobs import JobHandler, LogsHandler, MetricsHandler
+from .openapi import NotFoundHandler, OpenAPIHandler
 from .uploads import SubmitHandler
 from .user import UserHandler
 
@@ -23,4 +24,9 @@ default_handlers = [
     (rf"{API_PREFIX}/jobs/{JOB_ID}/result\.zip", ResultZipHandler),
     (rf"{API_PREFIX}/events", EventsHandler),
     (rf"{API_PREFIX}/user", UserHandler),
+    (rf"{API_PREFIX}/openapi\.json", OpenAPIHandler),
 ]
+
+# Registered after every other route of the API (native and WMLA): what they do not serve
+# under /edt/api/ answers a JSON 404, not Jupyter's HTML page.
+not_found_handlers = [(r"/edt/api(?:/.*)?", NotFoundHandler)]

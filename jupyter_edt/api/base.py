@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
@@ -15,6 +16,26 @@ from tornado import web
 from ..jobs.models import InvalidTransition, SpecError
 from ..jobs.service import JobService, NotAllowed
 from ..jobs.store import UnknownJob
+
+# The largest integer SQLite stores, so no id exceeds it; a cursor past it asks for nothing,
+# but may not reach a query, which would overflow.
+LAST_ID = 2**63 - 1
+# Integral JSON numbers up to this size are read as ints (past it, a float cannot tell them apart).
+EXACT_INT = 2**53
+
+
+def _number(text: str) -> int | float:
+    """JSON has one number type, and JSON Schema, in which the API's contract is written,
+    counts 3.0 (or 3e0) as the integer 3: so does the API. Any other number stays a float."""
+    value = Decimal(text)
+    if value == value.to_integral_value() and abs(value) <= EXACT_INT:
+        return int(value)
+    return float(text)
+
+
+def loads(data: str | bytes) -> Any:
+    """Decode a request's JSON."""
+    return json.loads(data, parse_float=_number)
 
 
 class APIError(web.HTTPError):
@@ -60,13 +81,21 @@ class EDTHandler(ExtensionHandlerMixin, APIHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(body))
 
+    @classmethod
+    def allowed_methods(cls) -> list[str]:
+        """The HTTP methods this handler defines (OPTIONS, Jupyter's CORS answer, excluded)."""
+        names = ("get", "head", "post", "put", "patch", "delete")
+        return [m.upper() for m in names if getattr(cls, m) is not getattr(web.RequestHandler, m)]
+
     def json_body(self) -> Any:
         try:
-            return json.loads(self.request.body or b"null")
+            return loads(self.request.body or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise APIError(400, f"The request body is not valid JSON: {err}", "body") from err
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
+        if status_code == 405:  # RFC 9110: a 405 names the methods the resource has
+            self.set_header("Allow", ", ".join(self.allowed_methods()))
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, APIError):
             body: dict[str, Any] = {"message": exc.message}

@@ -6,7 +6,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..jobs.models import JobSpec, JobState, parse_limits
-from .base import APIError, EDTHandler, api_errors
+from .base import LAST_ID, APIError, EDTHandler, api_errors
 
 
 class JobsHandler(EDTHandler):
@@ -62,26 +62,33 @@ class MetricsHandler(EDTHandler):
         after = _int_argument(self, "after") or 0
         with api_errors():
             self.service.get(self.user_name, job_id)
-            records = self.service.store.metrics(job_id, after=after)
+            # no id is larger than the store's integers, whose limit a query must not exceed
+            records = self.service.store.metrics(job_id, after=min(after, LAST_ID))
         cursor = records[-1]["id"] if records else after
         self.write_json({"metrics": records, "cursor": cursor})
 
 
 class LogsHandler(EDTHandler):
-    """Without `name`: the job's log names. With it: `tail` lines, or the bytes from `offset`."""
+    """Without `name`: the job's log names. With it: `tail` lines, or the bytes from `offset`.
+
+    A name the job has no log under is 404 naming `name`, as a missing artifact is; `tail`
+    and `offset` are checked whether or not a name is given."""
 
     @web.authenticated
     @authorized
     async def get(self, job_id: str) -> None:
         name = self.get_argument("name", None)
+        offset = _int_argument(self, "offset")
+        tail = _int_argument(self, "tail")
+        if offset is not None and tail is not None:
+            raise APIError(400, "give offset or tail, not both", "tail")
         with api_errors():
+            names = self.service.log_names(self.user_name, job_id)
             if name is None:
-                self.write_json({"logs": self.service.log_names(self.user_name, job_id)})
+                self.write_json({"logs": names})
                 return
-            offset = _int_argument(self, "offset")
-            tail = _int_argument(self, "tail")
-            if offset is not None and tail is not None:
-                raise APIError(400, "give offset or tail, not both", "tail")
+            if name not in names:
+                raise APIError(404, f"Job {job_id} has no log named {name!r}.", "name")
             chunk = self.service.read_log(
                 self.user_name,
                 job_id,

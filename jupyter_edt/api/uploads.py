@@ -19,8 +19,8 @@ from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..jobs.models import JobSpec
-from .base import APIError, api_errors
+from ..jobs.models import JobSpec, SpecError
+from .base import APIError, api_errors, loads
 from .jobs import JobsHandler
 
 SPEC_LIMIT = 1 << 20  # the JSON spec part
@@ -217,10 +217,15 @@ class SubmitHandler(JobsHandler):
         form = self._received_form()
         with api_errors():
             try:
-                data = json.loads(form.spec.getvalue() or b"null")
+                data = loads(form.spec.getvalue() or b"null")
             except (json.JSONDecodeError, UnicodeDecodeError) as err:
                 raise APIError(400, f"The spec part is not valid JSON: {err}", "spec") from err
-            spec = JobSpec.from_dict(data, archive=form.filename)
+            try:
+                spec = JobSpec.from_dict(data, archive=form.filename)
+            except SpecError as err:
+                if err.field == "body":  # the spec as a whole: here, the spec part
+                    raise APIError(400, err.message, "spec") from err
+                raise
             job = await self.service.submit_archive(
                 self.user_name,
                 spec,

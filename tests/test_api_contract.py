@@ -1,0 +1,141 @@
+"""What fuzzing the API from its contract (tests/test_api_fuzz.py) found in the server, each
+fixed behaviour pinned here on a real Jupyter server: the served document, JSON answers for
+every path under /edt/api/, 405s that name the allowed methods, integral numbers read as
+integers, a missing log as a 404, and cursors of any size."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from tornado.httpclient import HTTPClientError
+
+DOC = yaml.safe_load((Path(__file__).parents[1] / "docs" / "openapi.yaml").read_text())
+
+
+@pytest.fixture
+def edt_config():
+    return {"devices": "virtual", "virtual_gpus": 0}  # every job stays QUEUED
+
+
+async def api(jp_fetch, *path: str, method: str = "GET", body=None, **kw):
+    if body is not None:
+        kw["body"] = body if isinstance(body, str | bytes) else json.dumps(body)
+    response = await jp_fetch("edt", "api", *path, method=method, **kw)
+    return json.loads(response.body)
+
+
+async def refused(jp_fetch, *path: str, **kw) -> tuple[int, dict, HTTPClientError]:
+    with pytest.raises(HTTPClientError) as caught:
+        await api(jp_fetch, *path, **kw)
+    err = caught.value
+    assert err.response.headers["Content-Type"].startswith("application/json")
+    return err.code, json.loads(err.response.body), err
+
+
+async def stranger(http_server_client, jp_base_url, path: str, method: str = "GET") -> int:
+    """The status a request without credentials gets."""
+    body = b"{}" if method in ("POST", "PATCH", "PUT") else None
+    with pytest.raises(HTTPClientError) as caught:
+        await http_server_client.fetch(f"{jp_base_url}{path}", method=method, body=body)
+    return caught.value.code
+
+
+SPEC = {"code": "print('hi')", "max_gpus": 2}
+
+
+async def test_the_document_is_served_to_its_callers_under_the_servers_base_url(
+    jp_fetch, http_server_client, jp_base_url
+):
+    served = await api(jp_fetch, "v1", "openapi.json")
+    assert served["servers"] == [{**DOC["servers"][0], "url": f"{jp_base_url}edt/api"}]
+    assert {k: v for k, v in served.items() if k != "servers"} == {
+        k: v for k, v in DOC.items() if k != "servers"
+    }
+    assert await stranger(http_server_client, jp_base_url, "edt/api/v1/openapi.json") == 403
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", ("v1", "nope")),
+        ("GET", ("v1", "jobs", "0123456789ab", "nope")),
+        ("POST", ("v1", "cluster", "x")),
+        ("DELETE", ("wmla", "v1", "execs", "x", "y", "z")),
+        ("GET", ("v2", "jobs")),
+        ("GET", ()),
+    ],
+)
+async def test_a_path_under_the_api_that_names_no_operation_answers_a_json_404(
+    jp_fetch, http_server_client, jp_base_url, method, path
+):
+    body = {} if method == "POST" else None
+    code, answer, _ = await refused(jp_fetch, *path, method=method, body=body)
+    assert code == 404 and "No API operation at" in answer["message"]
+    assert (
+        await stranger(http_server_client, jp_base_url, "/".join(("edt/api", *path)), method) == 403
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("PUT", ("v1", "jobs"), "GET, POST"),
+        ("DELETE", ("v1", "cluster"), "GET"),
+        ("POST", ("v1", "jobs", "0123456789ab"), "GET, PATCH, DELETE"),
+        ("PATCH", ("wmla", "v1", "execs", "x"), "GET, DELETE"),
+    ],
+)
+async def test_a_405_names_the_methods_the_resource_has(jp_fetch, method, path, allowed):
+    body = {} if method in ("POST", "PUT", "PATCH") else None
+    code, _, err = await refused(jp_fetch, *path, method=method, body=body)
+    assert code == 405 and err.response.headers["Allow"] == allowed
+
+
+async def test_an_integral_number_is_an_integer_as_json_schema_says(jp_fetch):
+    job = await api(
+        jp_fetch, "v1", "jobs", method="POST",
+        body='{"code": "x", "max_gpus": 4.0, "min_gpus": 1e0, "priority": -3.00}',
+    )  # fmt: skip
+    assert (job["max_gpus"], job["min_gpus"], job["priority"]) == (4, 1, -3)
+    assert type(job["max_gpus"]) is int and type(job["spec"]["max_gpus"]) is int
+    patched = await api(jp_fetch, "v1", "jobs", job["id"], method="PATCH", body='{"max_gpus": 2e0}')
+    assert patched["max_gpus"] == 2
+    for bad in ('{"max_gpus": 2.5}', '{"max_gpus": 1e400}', '{"max_gpus": true}'):
+        code, answer, _ = await refused(jp_fetch, "v1", "jobs", job["id"], method="PATCH", body=bad)
+        assert (code, answer["field"]) == (400, "max_gpus")
+
+
+async def test_an_unknown_log_is_a_404_naming_it_and_tail_or_offset_is_always_checked(jp_fetch):
+    job = await api(jp_fetch, "v1", "jobs", method="POST", body=SPEC)
+    logs = ("v1", "jobs", job["id"], "logs")
+    code, answer, _ = await refused(jp_fetch, *logs, params={"name": "driver.stdout"})
+    assert (code, answer["field"]) == (404, "name") and "driver.stdout" in answer["message"]
+    code, answer, _ = await refused(jp_fetch, *logs, params={"tail": "1", "offset": "0"})
+    assert (code, answer["field"]) == (400, "tail")
+    code, answer, _ = await refused(jp_fetch, *logs, params={"offset": "-1"})
+    assert (code, answer["field"]) == (400, "offset")
+    assert await api(jp_fetch, *logs, params={"tail": "5"}) == {"logs": []}
+
+
+async def test_a_metrics_cursor_past_the_largest_id_asks_for_nothing(jp_fetch):
+    job = await api(jp_fetch, "v1", "jobs", method="POST", body=SPEC)
+    after = str(2**64)
+    page = await api(jp_fetch, "v1", "jobs", job["id"], "metrics", params={"after": after})
+    assert page == {"metrics": [], "cursor": 2**64}
+
+
+async def test_an_uploaded_spec_that_is_no_object_is_refused_naming_the_spec_part(jp_fetch):
+    boundary = "contract-test"
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="spec"\r\n\r\n[1]\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="c.tar"\r\n\r\n'
+        f"x\r\n--{boundary}--\r\n"
+    )
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    code, answer, _ = await refused(
+        jp_fetch, "v1", "jobs", method="POST", body=body, headers=headers
+    )
+    assert (code, answer["field"]) == (400, "spec")
