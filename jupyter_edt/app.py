@@ -95,6 +95,15 @@ class EDTApp(ExtensionApp):
         to resume from its last checkpoint (True) or mark it FAILED (False).""",
     )
 
+    max_restarts = Int(
+        3,
+        config=True,
+        help="""How many times a job whose driver dies (killed, out of memory) while the server
+        runs goes back to the queue to resume from its newest checkpoint. Past that, or
+        without a checkpoint, the job fails with the driver's signal or exit code and the end
+        of its log. 0: never.""",
+    )
+
     max_upload_bytes = Int(
         512 * 1024 * 1024,
         config=True,
@@ -171,6 +180,13 @@ class EDTApp(ExtensionApp):
             raise ValueError(f"EDTApp.max_upload_bytes must be positive, got {value}.")
         return value
 
+    @validate("max_restarts")
+    def _check_max_restarts(self, proposal: dict) -> int:
+        value = proposal["value"]
+        if value < 0:
+            raise ValueError(f"EDTApp.max_restarts must be 0 or more, got {value}.")
+        return value
+
     @validate("virtual_gpus")
     def _check_virtual_gpus(self, proposal: dict) -> int:
         value = proposal["value"]
@@ -208,6 +224,7 @@ class EDTApp(ExtensionApp):
             policy=self.policy,
             min_rescale_interval=self.min_rescale_interval,
             admin_users=self.admin_users,
+            max_restarts=self.max_restarts,
         )
         self.job_service.runner.attach(self.job_service)
 

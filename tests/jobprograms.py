@@ -41,3 +41,9 @@ def program(epochs: int, *, samples: int = 48, batch: int = 8, delay: float = 0.
         trainer.fit({epochs}, {batch}, 4, checkpoint_every=1, micro_batch_size=2)
         """
     )
+
+
+def elastic(job: dict) -> bool:
+    """Running and resizable in place: its program's elastic runtime has announced itself
+    (until then a job is rigid, and the allocator leaves its devices as they are)."""
+    return job["state"] == "RUNNING" and job["elastic"]

@@ -50,9 +50,7 @@ async def test_a_vanished_device_is_taken_from_its_job_which_runs_on_and_gets_it
         body={"name": "A", "code": program(epochs=1000, delay=0.004), "max_gpus": 4},
     )
     a_dir = JobDir(tmp_path / "jobs" / a["id"])
-    first = await wait_status(
-        a_dir, lambda s: s["state"] == "running" and len(s["workers"]) == 4, "ran on 4"
-    )
+    first = await wait_status(a_dir, lambda s: s["elastic"] and len(s["workers"]) == 4, "ran on 4")
 
     app.virtual_gpus = 3  # vgpu3 falls off
     shrunk = await wait_for(

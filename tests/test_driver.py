@@ -34,7 +34,8 @@ def wait_status(d: JobDir, condition, what: str) -> dict:
 def test_a_job_moved_to_all_new_devices_keeps_its_training_state(tmp_path):
     d = JobDir(tmp_path / "job")
     d.create()
-    (d.code / "main.py").write_text(program(epochs=6, delay=0.01))
+    # slow enough to outlast a joiner's start (importing torch) on a busy machine
+    (d.code / "main.py").write_text(program(epochs=6, delay=0.04))
     write_json_atomic(d.job, {"id": "j1", "program": [str(d.code / "main.py")], "max_gpus": 1})
     d.write_orders({"seq": 1, "action": "run", "devices": [device(0)]})
     driver = subprocess.Popen(
@@ -43,7 +44,7 @@ def test_a_job_moved_to_all_new_devices_keeps_its_training_state(tmp_path):
         stderr=subprocess.STDOUT,
     )
     try:
-        first = wait_status(d, lambda s: s["state"] == "running", "ran")
+        first = wait_status(d, lambda s: s["elastic"], "ran elastically")
         (old,) = first["workers"]
         d.write_orders({"seq": 2, "action": "run", "devices": [device(1)]})
         moved = wait_status(d, lambda s: list(s["workers"].values()) == ["vgpu1"], "moved")

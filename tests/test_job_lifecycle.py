@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from jobprograms import DEADLINE_S, program
+from jobprograms import DEADLINE_S, elastic, program
 
 from jupyter_edt.runtime.jobdir import JobDir, process_start_time
 
@@ -99,7 +99,7 @@ async def test_cancel_stops_the_driver_and_every_worker(jp_fetch, tmp_path):
         method="POST",
         body={"code": program(epochs=1000, delay=0.01), "max_gpus": 2},
     )
-    await wait_for(jp_fetch, "alice", job["id"], lambda j: j["state"] == "RUNNING", "RUNNING")
+    await wait_for(jp_fetch, "alice", job["id"], elastic, "RUNNING")
     status = JobDir(tmp_path / "jobs" / job["id"]).read_status()
     assert status is not None and len(status["workers"]) == 2
     cancelled = await api(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
@@ -145,7 +145,7 @@ async def test_a_second_user_makes_the_first_job_cede_gpus_in_place_and_get_them
     )
     assert len(a["devices"]) == 4
     a_dir = JobDir(tmp_path / "jobs" / a["id"])
-    await wait_for(jp_fetch, "alice", a["id"], lambda j: j["state"] == "RUNNING", "RUNNING")
+    await wait_for(jp_fetch, "alice", a["id"], elastic, "RUNNING")
     first = a_dir.read_status()
     assert first is not None and len(first["workers"]) == 4
 

@@ -197,3 +197,13 @@ async def test_a_script_is_copied_at_submission(jp_fetch, tmp_path):
         )
         assert code == 400 and answer["field"] == "script"
     assert len((await call(jp_fetch, "alice", "jobs"))["jobs"]) == 1
+
+
+async def test_changing_a_finished_job_is_a_conflict_that_changes_nothing(jp_fetch):
+    job = await call(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
+    cancelled = await call(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
+    code, answer = await error(
+        jp_fetch, "alice", "jobs", job["id"], method="PATCH", body={"priority": 3}
+    )
+    assert code == 409 and "has finished (CANCELLED)" in answer["message"]
+    assert await call(jp_fetch, "alice", "jobs", job["id"]) == cancelled

@@ -196,8 +196,9 @@ async def test_edt_jobs_lists_a_table_and_edt_cancel_cancels(connected, alice, c
     table = await run(connected.run_line_magic, "edt_jobs", "")
     assert isinstance(table, JobTable) and [j.id for j in table] == [second.id, first.id]
     lines = repr(table).splitlines()
-    assert lines[0].split() == ["ID", "NAME", "STATE", "GPUS", "PRIORITY", "AGE", "REASON"]
-    assert lines[1].split()[:5] == [second.id, "second", "QUEUED", "0/3", "0"]
+    head = ["ID", "NAME", "STATE", "GPUS", "MODE", "PRIORITY", "AGE", "REASON"]
+    assert lines[0].split() == head
+    assert lines[1].split()[:6] == [second.id, "second", "QUEUED", "0/3", "-", "0"]
     assert "<table" in table._repr_html_() and second.id in table._repr_html_()
 
     await run(connected.run_line_magic, "edt_cancel", first.id)
@@ -338,3 +339,15 @@ MAGIC_LOADED = "print(get_ipython().find_cell_magic('edt_submit') is not None)"
 )
 async def test_kernels_of_the_server_have_the_magics_without_load_ext(jp_serverapp, loaded):
     assert await kernel_prints(jp_serverapp.kernel_manager, MAGIC_LOADED) == loaded
+
+
+def test_the_table_says_whether_a_started_job_is_elastic_or_rigid_and_its_restarts():
+    base = {"name": "n", "min_gpus": 1, "max_gpus": 2, "priority": 0, "created": 0.0}
+    jobs = [
+        {"id": "q", "state": "QUEUED", "elastic": False, "restarts": 0, "devices": []},
+        {"id": "r", "state": "RUNNING", "elastic": False, "restarts": 0, "devices": ["g0"]},
+        {"id": "e", "state": "RUNNING", "elastic": True, "restarts": 2, "devices": ["g1"]},
+        {"id": "w", "state": "QUEUED", "elastic": True, "restarts": 1, "devices": []},
+    ]
+    table = JobTable(Job(EDTClient("http://127.0.0.1:9", "t"), {**base, **j}) for j in jobs)
+    assert [row[4] for row in table.rows()] == ["-", "rigid", "elastic+2", "elastic+1"]

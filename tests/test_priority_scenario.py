@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from jobprograms import program
+from jobprograms import elastic, program
 from test_job_lifecycle import api, finished, wait_for, wait_status
 
 from jupyter_edt.runtime.jobdir import JobDir, process_start_time
@@ -44,7 +44,7 @@ async def test_high_priority_takes_gpus_low_keeps_its_min_or_is_suspended_then_r
         body={"name": "low", "code": program(epochs=1000, delay=0.004), "max_gpus": 4},
     )
     low_dir = JobDir(tmp_path / "jobs" / low["id"])
-    await wait_for(jp_fetch, "alice", low["id"], lambda j: j["state"] == "RUNNING", "RUNNING")
+    await wait_for(jp_fetch, "alice", low["id"], elastic, "RUNNING")
 
     # a higher priority that wants 3: low shrinks to its min of 1, in place
     high = await api(
@@ -88,11 +88,9 @@ async def test_high_priority_takes_gpus_low_keeps_its_min_or_is_suspended_then_r
     assert "checkpoint written" in events[released]["reason"]
     assert len(events[admitted]["devices"]) == 4
 
-    resumed = await wait_for(
-        jp_fetch, "alice", low["id"], lambda j: j["state"] == "RUNNING", "running again"
-    )
+    resumed = await wait_for(jp_fetch, "alice", low["id"], elastic, "running again")
     assert len(resumed["devices"]) == 4
-    await wait_status(low_dir, lambda s: s["state"] == "running", "resumed")
+    await wait_status(low_dir, lambda s: s["elastic"], "resumed")
     resumes = [
         json.loads(line)
         for path in low_dir.logs.glob("events-*.jsonl")
@@ -114,7 +112,7 @@ async def test_cancelling_a_job_while_it_checkpoints_for_a_suspension_frees_its_
         body={"code": program(epochs=1000, delay=0.004), "max_gpus": 4},
     )
     low_dir = JobDir(tmp_path / "jobs" / low["id"])
-    await wait_for(jp_fetch, "alice", low["id"], lambda j: j["state"] == "RUNNING", "RUNNING")
+    await wait_for(jp_fetch, "alice", low["id"], elastic, "RUNNING")
     driver = low_dir.read_status()["pid"]
     whole = await api(
         jp_fetch,

@@ -13,7 +13,7 @@ import signal
 import time
 
 import pytest
-from jobprograms import DEADLINE_S, program
+from jobprograms import DEADLINE_S, elastic, program
 
 from jupyter_edt.jobs.models import JobSpec, JobState
 from jupyter_edt.jobs.runner import DriverRunner
@@ -28,7 +28,8 @@ from jupyter_edt.scheduling.policy import PolicyName
 pytestmark = pytest.mark.asyncio
 
 
-def start_service(tmp_path, policy: PolicyName = "fair-share") -> JobService:
+def start_service(tmp_path, policy: PolicyName = "fair-share", **options) -> JobService:
+    """A job service on 2 virtual GPUs with a real runner; `options` go to JobService."""
     runner = DriverRunner(LocalLauncher(), tmp_path / "jobs")
     monitor = InventoryMonitor(VirtualInventory(2))
     monitor.record(monitor.inventory.read(), time.time())
@@ -38,6 +39,7 @@ def start_service(tmp_path, policy: PolicyName = "fair-share") -> JobService:
         runner,
         policy=policy,
         min_rescale_interval=0.0,
+        **options,
     )
     runner.attach(service)
     return service
@@ -64,7 +66,7 @@ async def wait_until(service: JobService, job_id: str, condition, what: str) -> 
 async def test_a_running_job_is_reattached_and_finishes(tmp_path):
     first = start_service(tmp_path)
     job = await first.submit("alice", JobSpec(code=program(epochs=4, delay=0.02), max_gpus=2))
-    await wait_until(first, job["id"], lambda j: j["state"] == "RUNNING", "ran")
+    await wait_until(first, job["id"], elastic, "ran")
     status = JobDir(tmp_path / "jobs" / job["id"]).read_status()
     await stop_service(first)
 
@@ -125,7 +127,7 @@ async def test_a_suspension_cut_short_by_a_restart_releases_the_gpus_after_the_c
     first = start_service(tmp_path, "priority")
     low = await first.submit("alice", JobSpec(code=program(epochs=1000, delay=0.02), max_gpus=2))
     low_dir = JobDir(tmp_path / "jobs" / low["id"])
-    await wait_until(first, low["id"], lambda j: j["state"] == "RUNNING", "ran")
+    await wait_until(first, low["id"], elastic, "ran")
     high = await first.submit(
         "bob", JobSpec(code=program(epochs=1), min_gpus=2, max_gpus=2, priority=5)
     )
@@ -149,7 +151,7 @@ async def test_a_suspension_cut_short_by_a_restart_releases_the_gpus_after_the_c
     admitted = next(e for e in events if e["job_id"] == high["id"] and e.get("devices"))
     assert released["id"] < admitted["id"]
     assert any((low_dir.result / "checkpoint").glob("*.pt"))
-    back = await wait_until(second, low["id"], lambda j: j["state"] == "RUNNING", "resumed")
+    back = await wait_until(second, low["id"], elastic, "resumed")
     assert len(back["devices"]) == 2
     await second.cancel("alice", low["id"])
     await stop_service(second)

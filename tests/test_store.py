@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from jupyter_edt.jobs.models import InvalidTransition, JobSpec, JobState, SpecError
-from jupyter_edt.jobs.store import JobStore, StoreError, UnknownJob
+from jupyter_edt.jobs.store import SCHEMA_VERSION, JobStore, StoreError, UnknownJob
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_finishing_releases_devices_and_is_final(store):
     assert store.events(job_id=job["id"])[-2]["devices"] == []
     with pytest.raises(InvalidTransition, match="SUCCEEDED cannot become RUNNING"):
         store.set_state(job["id"], JobState.RUNNING, "again")
-    with pytest.raises(ValueError, match="has finished"):
+    with pytest.raises(InvalidTransition, match="has finished"):
         store.update_limits(job["id"], priority=3)
 
 
@@ -157,7 +157,36 @@ def test_a_missing_database_is_created_with_its_directory(tmp_path):
     path = tmp_path / "deep" / "er" / "edt.sqlite"
     store = JobStore(f"sqlite:///{path}")
     store.close()
-    assert sqlite3.connect(path).execute("select value from edt_meta").fetchone() == ("1",)
+    version = sqlite3.connect(path).execute("select value from edt_meta").fetchone()
+    assert version == (str(SCHEMA_VERSION),)
+
+
+def test_a_version_1_database_is_upgraded_in_place_keeping_its_jobs(tmp_path):
+    """Version 1 had no `elastic` and `restarts` columns: opening it adds them, rigid and
+    never restarted, and every stored job and event stays as it was."""
+    path = tmp_path / "edt.sqlite"
+    store = JobStore(f"sqlite:///{path}")
+    job = store.create_job("alice", JobSpec(max_gpus=2, code="print(1)"), now=5.0)
+    store.set_state(job["id"], JobState.STARTING, "given 2 GPU(s)", now=6.0)
+    events = store.events()
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("alter table edt_jobs drop column elastic")
+    db.execute("alter table edt_jobs drop column restarts")
+    db.execute("update edt_meta set value = '1'")
+    db.commit()
+    db.close()
+
+    store = JobStore(f"sqlite:///{path}")
+    again = store.get_job(job["id"])
+    assert again["elastic"] is False and again["restarts"] == 0
+    assert {k: v for k, v in again.items() if k not in ("elastic", "restarts")} == {
+        k: v for k, v in job.items() if k not in ("elastic", "restarts", "state", "reason")
+    } | {"state": "STARTING", "reason": "given 2 GPU(s)", "updated": 6.0}
+    assert store.events() == events
+    store.close()
+    version = sqlite3.connect(path).execute("select value from edt_meta").fetchone()
+    assert version == (str(SCHEMA_VERSION),)
 
 
 @pytest.mark.parametrize(
@@ -178,6 +207,8 @@ def test_a_missing_database_is_created_with_its_directory(tmp_path):
         ({"code": "x", "max_gpus": 2, "env": {"1X": "a"}}, "env", "not a valid"),
         ({"code": "x", "max_gpus": 2, "env": {"X": 1}}, "env", "must be a string"),
         ({"code": "x", "max_gpus": 2, "priority": 10**6}, "priority", "between"),
+        ({"code": "x", "max_gpus": 2, "name": None}, "name", "must be a string"),
+        ({"code": "x", "max_gpus": 2, "entrypoint": None}, "entrypoint", "must be a string"),
     ],
 )
 def test_bad_specs_name_the_field(body, field, message):
@@ -199,3 +230,22 @@ def test_metrics_reach_the_event_feed_and_the_feed_stays_bounded(store):
     assert len(feed) == 40  # the cap
     assert feed[-1]["records"][0]["step"] == 99
     assert store.events(job_id=job["id"])[0]["kind"] == "state"  # other events stay
+
+
+def test_a_job_is_rigid_until_announced_again_at_each_start_and_counts_its_restarts(tmp_path):
+    store = JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}")
+    job = store.create_job("alice", JobSpec(max_gpus=1, code="x"), now=1.0)
+    assert job["elastic"] is False and job["restarts"] == 0
+    store.set_state(job["id"], JobState.STARTING, "given 1 GPU(s)", now=2.0)
+    store.set_state(job["id"], JobState.RUNNING, "processes started", now=2.5)
+    assert store.set_elastic(job["id"], "the elastic runtime started", now=3.0)["elastic"]
+    store.set_elastic(job["id"], "again", now=3.5)  # once is recorded once
+    store.set_state(job["id"], JobState.SUSPENDED, "driver killed by SIGKILL", now=4.0)
+    queued = store.set_state(job["id"], JobState.QUEUED, "resumes", now=4.0, restart=True)
+    assert queued["restarts"] == 1 and queued["elastic"] is True
+    started = store.set_state(job["id"], JobState.STARTING, "given 1 GPU(s)", now=5.0)
+    assert started["elastic"] is False and started["restarts"] == 1  # its new processes
+    kinds = [(e["kind"], e.get("elastic"), e.get("restarts")) for e in store.events()]
+    assert kinds.count(("elastic", True, None)) == 1
+    assert ("state", None, 1) in kinds and ("state", False, None) in kinds
+    store.close()

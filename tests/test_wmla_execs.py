@@ -204,6 +204,10 @@ async def test_stop_and_delete_map_to_stopped_and_killed(jp_fetch, tmp_path):
         )
     ids = [v["id"] for v in views]
     await wait_exec(jp_fetch, "alice", ids[0], lambda e: e["state"] == "RUNNING", "RUNNING")
+    deadline = time.monotonic() + DEADLINE_S
+    while not (await api(jp_fetch, "alice", "jobs", ids[0], "metrics"))["metrics"]:
+        assert time.monotonic() < deadline, "the exec never reported a metric"
+        await asyncio.sleep(0.2)  # RUNNING is its processes up; training reports metrics
     stopped = await wmla(jp_fetch, "alice", "execs", ids[0], "stop", method="POST", body=b"")
     assert stopped["state"] == "STOPPED"
     check("/execs/{exec_id}/stop", "post", 200, stopped)

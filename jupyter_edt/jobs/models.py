@@ -122,8 +122,8 @@ class JobSpec:
         name = _str(data, "name", default="")
         if len(name) > MAX_NAME:
             raise SpecError("name", f"must be at most {MAX_NAME} characters")
-        code = _str(data, "code", default=None)
-        script = _str(data, "script", default=None)
+        code = _str(data, "code", default=None, nullable=True)
+        script = _str(data, "script", default=None, nullable=True)
         if archive is not None:
             for key in ("code", "script"):
                 if data.get(key) is not None:
@@ -187,8 +187,9 @@ def _int(data: Mapping[str, Any], key: str, low: int, high: int, default: int | 
     return value
 
 
-def _str(data: Mapping[str, Any], key: str, default: str | None) -> Any:
+def _str(data: Mapping[str, Any], key: str, default: str | None, nullable: bool = False) -> Any:
+    """The string at `key`; null only where it means "not given" (`nullable`)."""
     value = data.get(key, default)
-    if value is not None and not isinstance(value, str):
+    if (value is None and not nullable) or (value is not None and not isinstance(value, str)):
         raise SpecError(key, "must be a string")
     return value

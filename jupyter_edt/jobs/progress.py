@@ -15,6 +15,7 @@ EWMA = 0.2
 @dataclass
 class JobProgress:
     total_steps: int | None = None
+    steps_per_epoch: int | None = None
     global_step: int = 0
     steps_per_s: dict[int, float] = field(default_factory=dict)  # by GPU (worker) count
 
@@ -24,6 +25,7 @@ class JobProgress:
             epochs, per_epoch = record.get("epochs"), record.get("steps_per_epoch")
             if isinstance(epochs, int) and isinstance(per_epoch, int):
                 self.total_steps = epochs * per_epoch
+                self.steps_per_epoch = per_epoch
             self.global_step = int(record.get("global_step", self.global_step))
         elif kind == "step":
             self.global_step = int(record["global_step"]) + 1
@@ -53,6 +55,14 @@ class ProgressBook:
 
     def get(self, job_id: str) -> JobProgress | None:
         return self._jobs.get(job_id)
+
+    def describe_step(self, job_id: str, step: int) -> str:
+        """A global step as a user reads it: "step 120 (epoch 4)" when the job said how many
+        steps an epoch has (epochs counted from 1, as the progress line shows them)."""
+        known = self._jobs.get(job_id)
+        if known is None or not known.steps_per_epoch:
+            return f"step {step}"
+        return f"step {step} (epoch {step // known.steps_per_epoch + 1})"
 
     def forget(self, job_id: str) -> None:
         self._jobs.pop(job_id, None)

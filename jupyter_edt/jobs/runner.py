@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..compat.fabric_home import ensure_fabric_home
 from ..compat.wmla import WMLA_MODEL_DIR, submitted_code_dir
 from ..launch.base import Launcher, ProcessHandle, ProcessSpec
-from ..launch.local import log_paths
+from ..launch.local import UNKNOWN_EXIT, log_paths
 from ..runtime.jobdir import JobDir, write_json_atomic
 from ..scheduling.inventory import Device
 from .metrics import JobMetricsTail
@@ -198,7 +199,7 @@ class DriverRunner:
             # where the program reads its data: the submitter's EDT_DATA_DIR, else its code
             "DATA_DIR": job["spec"]["env"].get("EDT_DATA_DIR", str(d.code)),
             "SAVED_MODEL_DIR": str(d.result / "model"),
-            "RESUME_WEIGHT_PATH": str(d.result / "checkpoint"),
+            "RESUME_WEIGHT_PATH": str(d.checkpoints),
             "FABRIC_HOME": str(self.fabric_home()),
             "DLI_EXECID": job["id"],
             "DLI_IS_ELASTIC": "true",
@@ -254,16 +255,24 @@ class DriverRunner:
             self._service.add_metrics(batches)
 
     async def _watch(self, job_id: str, handle: ProcessHandle) -> None:
-        """Follow one driver until it exits, forwarding what it reports to the service."""
+        """Follow one driver until it exits, forwarding what it reports to the service.
+
+        A driver that reported the job's failure fails it. One that died otherwise (a signal,
+        an exit without that report) lost the job's processes, not the job: its workers are
+        stopped and the service may resume the job from its newest checkpoint."""
         assert self._service is not None, "attach() the service before starting jobs"
         service = self._service
         d = self.job_dir(job_id)
-        running = False
+        running = elastic = False
         try:
             while handle.returncode is None:
-                if not running and (d.read_status() or {}).get("state") == "running":
+                status = d.read_status() or {}
+                if not running and status.get("state") in ("running", "suspending"):
                     running = True
-                    await service.job_running(job_id)
+                    await service.job_running(job_id, "processes started")
+                if not elastic and status.get("elastic"):
+                    elastic = True
+                    await service.job_elastic(job_id)
                 await asyncio.sleep(self.poll_interval)
             await self._forward([job_id])  # what it wrote last, before its end is recorded
             self._tails.pop(job_id, None)
@@ -273,9 +282,12 @@ class DriverRunner:
             status = d.read_status() or {}
             if code == 0:
                 await service.job_exited(job_id, True, "finished")
+            elif status.get("state") == "failed" and status.get("error"):
+                await service.job_exited(job_id, False, f"exit code {code}: {status['error']}")
             else:
-                reason = status.get("error") or _tail_text(log_paths(d.logs, DRIVER)[1])
-                await service.job_exited(job_id, False, f"exit code {code}: {reason}".strip())
+                await self.launcher.stop(handle, grace=0)  # its orphaned workers
+                stderr = _tail_text(log_paths(d.logs, DRIVER)[1], limit=800)
+                await service.job_lost(job_id, _driver_death(code), stderr)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -285,6 +297,18 @@ class DriverRunner:
 def _devices(devices: Sequence[Device]) -> list[dict[str, Any]]:
     """The devices as orders name them; the UUID lets the driver name a GPU to CUDA by it."""
     return [{"id": d.id, "index": d.index, "uuid": d.uuid, "virtual": d.virtual} for d in devices]
+
+
+def _driver_death(code: int) -> str:
+    """How a driver ended, in words: `driver killed by SIGKILL`."""
+    if code == UNKNOWN_EXIT:  # adopted after a restart: only the pid was watched
+        return "driver ended without reporting why (killed, or the machine ran out of memory)"
+    if code < 0:
+        try:
+            return f"driver killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"driver killed by signal {-code}"
+    return f"driver exited with code {code}"
 
 
 def _tail_text(path: Path, limit: int = 2000) -> str:

@@ -72,6 +72,7 @@ class JobService:
         policy: PolicyName = "fair-share",
         min_rescale_interval: float = 30.0,
         admin_users: Iterable[str] = (),
+        max_restarts: int = 3,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -80,6 +81,9 @@ class JobService:
         self.policy = policy
         self.min_rescale_interval = min_rescale_interval
         self.admin_users = frozenset(admin_users)
+        if max_restarts < 0:
+            raise ValueError(f"max_restarts must be 0 or more, got {max_restarts}.")
+        self.max_restarts = max_restarts
         self.clock = clock
         self._schedule_lock = asyncio.Lock()
         # jobs checkpointing before they release their devices (see `_release_suspended`)
@@ -224,7 +228,13 @@ class JobService:
     async def update(
         self, user: str, job_id: str, *, priority: int | None = None, max_gpus: int | None = None
     ) -> dict[str, Any]:
-        self.get(user, job_id)
+        job = self.get(user, job_id)
+        if max_gpus is not None and not job["elastic"] and max_gpus < len(job["devices"]):
+            raise SpecError(
+                "max_gpus",
+                f"must be at least the {len(job['devices'])} GPU(s) the job runs on: it is "
+                "rigid (its program does not use the elastic runtime), so it cannot shrink",
+            )
         self.store.update_limits(job_id, priority=priority, max_gpus=max_gpus, now=self.clock())
         self._notify()
         await self.reschedule()
@@ -262,11 +272,53 @@ class JobService:
 
     # reports from the runner --------------------------------------------------------------
 
-    async def job_running(self, job_id: str, reason: str = "workers formed") -> None:
+    async def job_running(self, job_id: str, reason: str = "processes started") -> None:
         job = self.store.get_job(job_id)
         if job["state"] == JobState.STARTING.value:
             self.store.set_state(job_id, JobState.RUNNING, reason, now=self.clock())
             self._notify()
+
+    async def job_elastic(self, job_id: str) -> None:
+        """The job's program announced the elastic runtime: it may now be resized in place,
+        which may deal it (or a job waiting behind it) devices at once."""
+        job = self.store.get_job(job_id)
+        if job["state"] in (JobState.STARTING.value, JobState.RUNNING.value):
+            self.store.set_elastic(job_id, "the elastic runtime started", now=self.clock())
+            self._notify()
+            await self.reschedule()
+
+    async def job_lost(self, job_id: str, why: str, log_tail: str = "") -> None:
+        """The job's driver died (`why`: "driver killed by SIGKILL") and its workers with it.
+        The job goes back to the queue and resumes from its newest checkpoint, at most
+        `max_restarts` times; without a checkpoint, or past that, it fails, saying why."""
+        job = self.store.get_job(job_id)
+        if job["state"] not in (JobState.STARTING.value, JobState.RUNNING.value):
+            return  # cancelled or suspended meanwhile: the report is stale
+        now = self.clock()
+        step = self.runner.job_dir(job_id).latest_checkpoint_step()
+        if step is not None and job["restarts"] < self.max_restarts:
+            where = self.progress.describe_step(job_id, step)
+            n = job["restarts"] + 1
+            self.store.set_state(job_id, JobState.SUSPENDED, why, now=now)
+            self.store.set_devices(job_id, [], why, now=now)
+            self.store.set_state(
+                job_id,
+                JobState.QUEUED,
+                f"{why}; resumes from its checkpoint at {where} (restart {n} of "
+                f"{self.max_restarts})",
+                now=now,
+                restart=True,
+            )
+        else:
+            if step is None:
+                detail = "no checkpoint to resume from"
+            else:
+                detail = f"restarted {job['restarts']} time(s) already, the most allowed"
+            tail = f"; its log ends: {log_tail}" if log_tail else ""
+            self.store.set_state(job_id, JobState.FAILED, f"{why}; {detail}{tail}", now=now)
+            self.progress.forget(job_id)
+        self._notify()
+        await self.reschedule()
 
     async def job_exited(self, job_id: str, succeeded: bool, reason: str) -> None:
         job = self.store.get_job(job_id)
@@ -404,12 +456,13 @@ class JobService:
             await self.runner.resize(job, devices)
         else:
             why = f"{gone}too few GPUs left" if lost else "preempted"
-            job = self.store.set_state(
-                job_id,
-                JobState.SUSPENDED,
-                f"{why}; checkpointing, then it releases its GPUs",
-                now=now,
+            job = self.store.get_job(job_id)
+            how = (
+                "checkpointing, then it releases its GPUs"
+                if job["elastic"]
+                else "it is rigid and cannot checkpoint: stopping it, it starts over later"
             )
+            job = self.store.set_state(job_id, JobState.SUSPENDED, f"{why}; {how}", now=now)
             self._suspending[job_id] = asyncio.create_task(self._release_suspended(job))
 
     async def _release_suspended(self, job: dict[str, Any]) -> None:
@@ -425,7 +478,10 @@ class JobService:
             return  # cancelled meanwhile: `cancel` has recorded the job's end
         now = self.clock()
         if self.store.get_job(job_id)["state"] == JobState.SUSPENDED.value:
-            how = "checkpoint written" if clean else "stopped without a clean checkpoint"
+            if not job["elastic"]:
+                how = "stopped (a rigid job cannot checkpoint)"
+            else:
+                how = "checkpoint written" if clean else "stopped without a clean checkpoint"
             self.store.set_devices(job_id, [], f"suspended: {how}, GPUs released", now=now)
             self.store.set_state(job_id, JobState.QUEUED, "waiting for GPUs", now=now)
         del self._suspending[job_id]

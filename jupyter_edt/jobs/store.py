@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     Float,
     ForeignKey,
     Integer,
@@ -23,14 +24,23 @@ from sqlalchemy import (
     event,
     func,
     select,
+    text,
 )
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from .models import JobSpec, JobState, check_transition
+from .models import InvalidTransition, JobSpec, JobState, check_transition
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# How to bring a database of each older version one version up, in one transaction each; the
+# rows already stored stay as they are.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "ALTER TABLE edt_jobs ADD COLUMN elastic BOOLEAN NOT NULL DEFAULT 0",
+        "ALTER TABLE edt_jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0",
+    ),
+}
 
 
 class StoreError(RuntimeError):
@@ -68,6 +78,10 @@ class JobRow(Base):
     created: Mapped[float] = mapped_column(Float)
     updated: Mapped[float] = mapped_column(Float)
     finished: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: Its program announced the elastic runtime: only then is it resized in place.
+    elastic: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Times it went back to the queue after its driver died.
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +99,8 @@ class JobRow(Base):
             "created": self.created,
             "updated": self.updated,
             "finished": self.finished,
+            "elastic": bool(self.elastic),
+            "restarts": self.restarts,
         }
 
 
@@ -137,6 +153,11 @@ class JobStore:
                 version = s.get(Meta, "schema_version")
                 if version is None:
                     s.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
+                elif int(version.value) in MIGRATIONS:
+                    for old in range(int(version.value), SCHEMA_VERSION):
+                        for statement in MIGRATIONS[old]:
+                            s.execute(text(statement))
+                    version.value = str(SCHEMA_VERSION)
                 elif int(version.value) != SCHEMA_VERSION:
                     raise StoreError(
                         f"The job database {self.url} has schema version {version.value}; "
@@ -170,6 +191,8 @@ class JobStore:
             updated=now,
             finished=None,
             rescaled=None,
+            elastic=False,
+            restarts=0,
         )
         with self._session.begin() as s:
             s.add(job)
@@ -204,9 +227,18 @@ class JobStore:
         return job
 
     def set_state(
-        self, job_id: str, state: JobState, reason: str, *, now: float | None = None
+        self,
+        job_id: str,
+        state: JobState,
+        reason: str,
+        *,
+        now: float | None = None,
+        restart: bool = False,
     ) -> dict[str, Any]:
-        """Move a job to `state`, checked against the lifecycle, and record why."""
+        """Move a job to `state`, checked against the lifecycle, and record why. `restart`
+        counts the move as one of the job's restarts after its driver died.
+
+        A job that starts is rigid until its new processes announce the elastic runtime."""
         now = time.time() if now is None else now
         with self._session.begin() as s:
             job = self._row(s, job_id)
@@ -214,12 +246,30 @@ class JobStore:
             job.state = state.value
             job.reason = reason
             job.updated = now
+            data: dict[str, Any] = {"state": state.value, "reason": reason}
+            if state == JobState.STARTING:
+                job.elastic = False
+                data["elastic"] = False
+            if restart:
+                job.restarts += 1
+                data["restarts"] = job.restarts
             if state.terminal:
                 job.finished = now
                 if job.devices:
                     s.add(_event(job_id, now, "allocation", {"devices": [], "reason": reason}))
                 job.devices = []
-            s.add(_event(job_id, now, "state", {"state": state.value, "reason": reason}))
+            s.add(_event(job_id, now, "state", data))
+            return job.to_dict()
+
+    def set_elastic(self, job_id: str, reason: str, *, now: float | None = None) -> dict[str, Any]:
+        """The job's program announced the elastic runtime: from now on it can be resized."""
+        now = time.time() if now is None else now
+        with self._session.begin() as s:
+            job = self._row(s, job_id)
+            if not job.elastic:
+                job.elastic = True
+                job.updated = now
+                s.add(_event(job_id, now, "elastic", {"elastic": True, "reason": reason}))
             return job.to_dict()
 
     def set_devices(
@@ -248,7 +298,9 @@ class JobStore:
         with self._session.begin() as s:
             job = self._row(s, job_id)
             if JobState(job.state).terminal:
-                raise ValueError(f"Job {job_id} has finished ({job.state}); it cannot change.")
+                raise InvalidTransition(
+                    f"Job {job_id} has finished ({job.state}); it cannot change."
+                )
             changes: dict[str, int] = {}
             if max_gpus is not None:
                 if max_gpus < job.min_gpus:

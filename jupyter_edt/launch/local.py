@@ -18,6 +18,8 @@ from ..runtime.jobdir import process_start_time
 from .base import ProcessSpec
 
 POLL_S = 0.1
+#: The exit code of an adopted process that ended without recording one.
+UNKNOWN_EXIT = -1
 
 
 class LocalProcess:
@@ -55,7 +57,7 @@ class AdoptedProcess:
         if process_start_time(self.pid) is not None:
             return None
         code = self._exit_code()
-        return -1 if code is None else code
+        return UNKNOWN_EXIT if code is None else code
 
     async def wait(self) -> int:
         while (code := self.returncode) is None:
@@ -99,13 +101,18 @@ class LocalLauncher:
         return AdoptedProcess(spec, pid, exit_code)
 
     async def stop(self, handle: LocalProcess | AdoptedProcess, grace: float = 10.0) -> int:
-        """SIGTERM the process group, then SIGKILL it if it is still there after `grace`."""
+        """SIGTERM the process group, then SIGKILL it if it is still there after `grace`.
+
+        Once the process itself has ended, whatever it started and left in its group (a
+        killed driver's workers) is killed: nobody is left to stop them gracefully."""
         _signal_group(handle.pid, signal.SIGTERM)
         try:
-            return await asyncio.wait_for(handle.wait(), grace)
+            code = await asyncio.wait_for(handle.wait(), grace)
         except asyncio.TimeoutError:
             _signal_group(handle.pid, signal.SIGKILL)
-            return await handle.wait()
+            code = await handle.wait()
+        _signal_group(handle.pid, signal.SIGKILL)
+        return code
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -428,6 +428,17 @@ class Job:
         return self._data["priority"]
 
     @property
+    def elastic(self) -> bool:
+        """Its program runs the elastic runtime, so it is resized in place; False: a rigid
+        job (yet), kept on the GPUs it started with."""
+        return bool(self._data.get("elastic"))
+
+    @property
+    def restarts(self) -> int:
+        """Times it went back to the queue after its driver died."""
+        return int(self._data.get("restarts") or 0)
+
+    @property
     def spec(self) -> dict[str, Any]:
         return dict(self._data.get("spec") or {})
 

@@ -9,8 +9,16 @@ keeps the devices it was given; a device whose worker fails again (a GPU that is
 left idle until the orders take it away and give it back, and the job carries on without it.
 Retries are bounded, so a program that fails everywhere fails the job with its error.
 
+A job is rigid until its program announces the elastic runtime (its workers' first generation
+has formed, ``formed/<g>``), and for its whole life if it never does (a plain script, one's own
+DDP program): ``status.json`` says ``"elastic": false``. A rigid job runs on the devices it
+started with: it is never resized, a worker that fails fails the job (there is no runtime to
+carry on without it), and a suspension stops it at once, since it cannot checkpoint.
+
 Exit status: 0 when the job's last workers all finished training (or it was suspended), 1 when
-training failed; the reason is in ``status.json`` under ``error``.
+training failed; the reason is in ``status.json`` under ``error`` and ``state`` is ``failed``.
+Any other end (a signal, an exit without that report) is the driver's own failure, which the
+server may recover from the job's newest checkpoint.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .control import LocalController, WorkerCrashed, formed_key
-from .jobdir import JobDir, process_start_time, read_json
+from .jobdir import JobDir, checkpoints, process_start_time, read_json
 
 TICK_S = 0.1
 MAX_REPLACEMENTS = 3  # new workers on devices whose worker failed, over the job's life
@@ -61,6 +69,7 @@ class Driver:
             "pid": os.getpid(),
             "started": process_start_time(os.getpid()),
             "state": "starting",
+            "elastic": False,
             "generation": 0,
             "workers": {},
         }
@@ -93,6 +102,7 @@ class Driver:
         self.devices = devices
         ids = self.ctl.start(len(devices), [device_env(d) for d in devices])
         self.device_of = dict(zip(ids, devices, strict=True))
+        self.status["state"] = "running"  # its processes are up; elastic once they form
         self._report()
         try:
             return self._loop()
@@ -105,9 +115,8 @@ class Driver:
         while True:
             if not self.dir.job.exists():
                 return self._abandoned()
-            gen = ctl.ctl["gen"]
-            if self.status["state"] == "starting" and ctl.store.check([formed_key(gen)]):
-                self.status["state"] = "running"
+            if not self.elastic and ctl.store.check([formed_key(ctl.ctl["gen"])]):
+                self.status["elastic"] = True  # the runtime announced itself
                 self._report()
             orders = self.dir.read_orders() or {}
             if orders.get("seq", 0) > self.orders_seq:
@@ -117,10 +126,14 @@ class Driver:
                 self._apply(orders["devices"])
             if all(p.poll() is not None for p in ctl.procs.values()):
                 return self._finished()
-            error = self._reconcile()
+            error = self._reconcile() if self.elastic else self._rigid_failure()
             if error is not None:
                 return self._exit(1, error)
             time.sleep(TICK_S)
+
+    @property
+    def elastic(self) -> bool:
+        return bool(self.status["elastic"])
 
     # orders -------------------------------------------------------------------------------
 
@@ -128,7 +141,8 @@ class Driver:
         """Take these devices as the job's allocation; :meth:`_reconcile` moves the workers.
 
         A device that left the allocation and comes back is tried afresh: the server dealt it
-        out again because it answers again."""
+        out again because it answers again. A rigid job cannot move: the server never sends it
+        other devices, and if it did they wait until the runtime announces itself."""
         self.devices = devices
         wanted = {d["id"] for d in devices}
         for device_id in [d for d in self.device_failures if d not in wanted]:
@@ -146,6 +160,8 @@ class Driver:
         members = ctl.members
         if not members:
             return None  # nobody left to carry the state: once all have exited, it has failed
+        if any(ctl.procs[w].poll() == 0 for w in members):
+            return None  # a member finished training: the job is ending, nobody new joins it
         if self.moving_gen is not None:
             formed = {self.moving_gen, ctl.ctl["gen"]}
             if not any(ctl.store.check([formed_key(g)]) for g in formed):
@@ -190,6 +206,20 @@ class Driver:
         self._report()
         return None
 
+    def _rigid_failure(self) -> str | None:
+        """A rigid job's worker that failed fails the job: nothing carries on without it, and
+        its peers would wait for it (as torchrun without elasticity does)."""
+        assert self.ctl is not None
+        for w, p in self.ctl.procs.items():
+            if (code := p.poll()) not in (None, 0):
+                device = self.device_of[w]["id"]
+                return (
+                    f"worker {w} on {device} exited with code {code}, and a rigid job (its "
+                    f"program does not use the elastic runtime) cannot go on without it: "
+                    f"{self._log_tail(w)}"
+                ).strip()
+        return None
+
     def _may_start(self, device_id: str) -> bool:
         """Whether a vacant device may get a worker now: not one that keeps failing, not right
         after a failure, and not beyond the job's budget of replacements."""
@@ -220,10 +250,15 @@ class Driver:
         return failed[-1] if failed else ""
 
     def _suspend(self) -> int:
-        """Checkpoint at the next step boundary, then stop every worker."""
+        """Checkpoint at the next step boundary, then stop every worker. A rigid job cannot
+        checkpoint: it stops at once (``"checkpointed": false``) and starts over later."""
         assert self.ctl is not None
         self.status["state"] = "suspending"
         self._report()
+        if not self.elastic:
+            self.ctl.close()
+            self.status.update(state="suspended", checkpointed=False)
+            return self._exit(0, None)
         before = self._checkpoints()
         self.ctl.request_checkpoint()
         deadline = time.monotonic() + SUSPEND_TIMEOUT_S
@@ -231,8 +266,9 @@ class Driver:
             if all(p.poll() is not None for p in self.ctl.procs.values()):
                 break
             time.sleep(TICK_S)
+        checkpointed = self._checkpoints() != before
         self.ctl.close()
-        self.status["state"] = "suspended"
+        self.status.update(state="suspended", checkpointed=checkpointed)
         return self._exit(0, None)
 
     # reports ------------------------------------------------------------------------------
@@ -250,8 +286,7 @@ class Driver:
         return self._exit(1, f"workers failed {failed}: {detail}".strip())
 
     def _checkpoints(self) -> list[str]:
-        ckpt = self.dir.result / "checkpoint"
-        return sorted(p.name for p in ckpt.glob("*.pt")) if ckpt.is_dir() else []
+        return [p.name for p in checkpoints(self.dir.checkpoints)]
 
     def _log_tail(self, worker: str, limit: int = 1500) -> str:
         try:

@@ -9,10 +9,13 @@ Layout of ``<jobs_dir>/<job id>/``:
   job.json      the program to run (written once by the server)
   orders.json   ``{"seq": n, "action": "run" | "suspend", "devices": [...]}`` (server); a device
                 is ``{"id", "index", "uuid", "virtual"}``
-  status.json   ``{"pid": ..., "state": ..., "generation": ..., "workers": {...}}`` (driver),
-                with ``device_failures``: device id -> workers that failed on it
+  status.json   ``{"pid": ..., "state": ..., "elastic": ..., "generation": ...,
+                "workers": {...}}`` (driver): ``state`` is starting, running (its processes
+                are up), suspending, suspended (with ``checkpointed``), exited or failed (with
+                ``error``); ``elastic`` turns true once the workers' runtime has formed its
+                group; ``device_failures``: device id -> workers that failed on it
   code/         the submitted code; the working directory of every process
-  result/       RESULT_DIR: checkpoints, the final model
+  result/       RESULT_DIR: checkpoints (``checkpoint/ckpt-<global step>.pt``), the final model
   logs/         LOG_DIR: one stdout/stderr pair and one events file per process
 """
 
@@ -20,9 +23,25 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
+
+# A checkpoint's file name holds its global step, so its step is known without loading it.
+CHECKPOINT_RE = re.compile(r"^ckpt-(\d{9})\.pt$")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"ckpt-{step:09d}.pt"
+
+
+def checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
+    """The checkpoints in `directory`, oldest (lowest global step) first."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if CHECKPOINT_RE.match(p.name))
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -56,6 +75,7 @@ class JobDir:
         self.status = self.root / "status.json"
         self.code = self.root / "code"
         self.result = self.root / "result"
+        self.checkpoints = self.result / "checkpoint"
         self.logs = self.root / "logs"
 
     def create(self) -> None:
@@ -73,6 +93,11 @@ class JobDir:
 
     def write_status(self, status: dict[str, Any]) -> None:
         write_json_atomic(self.status, status)
+
+    def latest_checkpoint_step(self) -> int | None:
+        """The global step of the newest checkpoint, None when there is none."""
+        found = checkpoints(self.checkpoints)
+        return int(CHECKPOINT_RE.match(found[-1].name)[1]) if found else None  # type: ignore[index]
 
 
 def process_start_time(pid: int) -> int | None:

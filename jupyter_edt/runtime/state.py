@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 import os
 import pickle
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from .jobdir import checkpoint_name, checkpoints
 
 __all__ = [
     "atomic_save",
@@ -42,8 +43,6 @@ __all__ = [
     "to_cpu",
     "unflatten",
 ]
-
-CHECKPOINT_RE = re.compile(r"^ckpt-(\d{9})\.pt$")
 
 
 @dataclass(frozen=True)
@@ -211,17 +210,13 @@ def save_checkpoint(
 ) -> Path:
     """Write ``state`` as ``ckpt-<global step>.pt`` atomically; keep the newest ``keep``."""
     step = int(state["cursor"]["global_step"])
-    path = atomic_save(state, Path(directory) / f"ckpt-{step:09d}.pt")
-    old = sorted(p for p in Path(directory).iterdir() if CHECKPOINT_RE.match(p.name))[:-keep]
-    for p in old:
+    path = atomic_save(state, Path(directory) / checkpoint_name(step))
+    for p in checkpoints(directory)[:-keep]:
         p.unlink(missing_ok=True)
     return path
 
 
 def latest_checkpoint(directory: str | os.PathLike[str]) -> Path | None:
     """The checkpoint with the highest global step in ``directory``, if any."""
-    d = Path(directory)
-    if not d.is_dir():
-        return None
-    found = sorted(p for p in d.iterdir() if CHECKPOINT_RE.match(p.name))
+    found = checkpoints(directory)
     return found[-1] if found else None

@@ -54,6 +54,7 @@ def plan(
             last_rescale=j["rescaled"],
             remaining_steps=progress.get(j["id"], (None, {}))[0],
             throughput=dict(progress.get(j["id"], (None, {}))[1]) or None,
+            rigid=not j["elastic"],
         )
         for j in active
     ]

@@ -15,6 +15,8 @@ const JOB: IJobInfo = {
   max_gpus: 4,
   priority: 0,
   devices: ['gpu0', 'gpu1'],
+  elastic: true,
+  restarts: 0,
   rescaled: 100,
   created: 90,
   updated: 100,

@@ -14,6 +14,8 @@ const JOB: IJobInfo = {
   max_gpus: 2,
   priority: 0,
   devices: ['gpu0', 'gpu1'],
+  elastic: true,
+  restarts: 0,
   rescaled: 100,
   created: 90,
   updated: 100,
@@ -129,6 +131,8 @@ describe('JobPanel', () => {
     expect(q('.jp-edt-job-name').textContent).toBe('digits');
     expect(q('.jp-edt-state-badge').textContent).toBe('RUNNING');
     expect(q('.jp-edt-job-gpus').textContent).toBe('2 / 2');
+    expect(q('.jp-edt-mode-tag').textContent).toBe('elastic');
+    expect(q('.jp-edt-mode-tag').dataset.elastic).toBe('true');
     expect(q('.jp-edt-job-progress-text').textContent).toBe(
       'epoch 1/2 · step 2 · global step 1'
     );

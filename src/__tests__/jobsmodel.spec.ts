@@ -42,6 +42,8 @@ function job(id: string, change: Partial<IJobInfo> = {}): IJobInfo {
     max_gpus: 4,
     priority: 0,
     devices: ['gpu0', 'gpu1', 'gpu2', 'gpu3'],
+    elastic: true,
+    restarts: 0,
     rescaled: 100,
     created: 90,
     updated: 100,

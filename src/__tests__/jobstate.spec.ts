@@ -25,6 +25,8 @@ function job(id: string, change: Partial<IJobInfo> = {}): IJobInfo {
     max_gpus: 4,
     priority: 0,
     devices: ['gpu0', 'gpu1', 'gpu2', 'gpu3'],
+    elastic: true,
+    restarts: 0,
     rescaled: 100,
     created: 90,
     updated: 100,
@@ -103,6 +105,48 @@ describe('applyEvent', () => {
     });
     expect(result.jobs.get('a')?.job.max_gpus).toBe(2);
     expect(result.jobs.get('a')?.job.priority).toBe(3);
+  });
+
+  it('follows whether a job is elastic and how often it restarted', () => {
+    const jobs = snapshot(job('a', { elastic: false, state: 'STARTING' }));
+    const announced = applyEvent(jobs, {
+      kind: 'elastic',
+      job_id: 'a',
+      time: 130,
+      elastic: true
+    });
+    expect(announced.changed).toBe(true);
+    expect(announced.jobs.get('a')?.job.elastic).toBe(true);
+    // the driver died: back in the queue, a restart counted ...
+    const requeued = applyEvent(announced.jobs, {
+      kind: 'state',
+      job_id: 'a',
+      time: 140,
+      state: 'QUEUED',
+      restarts: 1
+    });
+    expect(requeued.jobs.get('a')?.job.restarts).toBe(1);
+    expect(requeued.jobs.get('a')?.job.elastic).toBe(true);
+    // ... and its new processes are rigid until they announce themselves again
+    const started = applyEvent(requeued.jobs, {
+      kind: 'state',
+      job_id: 'a',
+      time: 150,
+      state: 'STARTING',
+      elastic: false
+    });
+    expect(started.jobs.get('a')?.job).toMatchObject({
+      elastic: false,
+      restarts: 1,
+      state: 'STARTING'
+    });
+    const replayed = applyEvent(started.jobs, {
+      kind: 'elastic',
+      job_id: 'a',
+      time: 135,
+      elastic: true
+    });
+    expect(replayed.changed).toBe(false); // older than what the list shows
   });
 
   it('names a job it does not hold, and skips keepalives', () => {

@@ -14,6 +14,8 @@ function finished(change: Partial<IJobInfo>) {
     max_gpus: 2,
     priority: 0,
     devices: [],
+    elastic: true,
+    restarts: 0,
     rescaled: null,
     created: 1,
     updated: 2,

@@ -24,6 +24,8 @@ function job(id: string, change: Partial<IJobInfo> = {}): IJobInfo {
     max_gpus: 4,
     priority: 0,
     devices: ['gpu0', 'gpu1'],
+    elastic: true,
+    restarts: 0,
     rescaled: 100,
     created: 100,
     updated: 100,
@@ -161,7 +163,7 @@ describe('EdtSidebar with jobs', () => {
   it('lists jobs newest first, filters them, and opens one', async () => {
     const jobs = new JobsModel({
       listJobs: async () => [
-        job('a1', { created: 100 }),
+        job('a1', { created: 100, elastic: false, restarts: 2 }),
         job('b2', { created: 200, user: 'bob', devices: [], state: 'QUEUED' }),
         job('c3', { created: 300, state: 'SUCCEEDED', devices: [] })
       ],
@@ -198,6 +200,14 @@ describe('EdtSidebar with jobs', () => {
       '.jp-edt-jobrow[data-job-id="a1"]'
     ) as HTMLElement;
     expect(row.textContent).toContain('2/4 GPUs');
+    const mode = row.querySelector('.jp-edt-mode-tag') as HTMLElement;
+    expect(mode.textContent).toBe('rigid ↻2');
+    expect(mode.dataset.elastic).toBe('false');
+    expect(mode.title).toContain('does not use the elastic runtime');
+    const queued = sidebar.node.querySelector(
+      '.jp-edt-jobrow[data-job-id="b2"] .jp-edt-mode-tag'
+    );
+    expect(queued).toBeNull(); // not started: nothing known of its program
     expect(row.querySelector('.jp-edt-state-badge')?.textContent).toBe(
       'RUNNING'
     );

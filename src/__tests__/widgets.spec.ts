@@ -71,6 +71,8 @@ function jobInfo(change: Partial<IJobInfo> = {}): IJobInfo {
     max_gpus: 2,
     priority: 0,
     devices: ['gpu0'],
+    elastic: true,
+    restarts: 0,
     rescaled: 100,
     created: 90,
     updated: 100,

@@ -11,12 +11,34 @@ import {
   type IJobRow
 } from './jobstate';
 import type { IJobsState } from './jobsmodel';
+import { runtimeMode } from '../widgets/jobapi';
 
 /** A job's state as a coloured badge (colours in style/base.css). */
 export function StateBadge(props: { state: string }): JSX.Element {
   return (
     <span className="jp-edt-state-badge" data-state={props.state}>
       {props.state}
+    </span>
+  );
+}
+
+/** Whether a job runs elastic or rigid, once it has started, and its restarts. */
+export function ModeTag(props: {
+  job: { state: string; elastic: boolean; restarts: number };
+}): JSX.Element | null {
+  const { job } = props;
+  if (job.state === 'QUEUED' && job.restarts === 0) {
+    return null; // not started: nothing is known of its program yet
+  }
+  const mode = runtimeMode(job);
+  return (
+    <span
+      className="jp-edt-mode-tag"
+      data-elastic={String(job.elastic)}
+      title={mode.title}
+    >
+      {mode.label}
+      {job.restarts > 0 ? ` ↻${job.restarts}` : ''}
     </span>
   );
 }
@@ -36,6 +58,7 @@ export function JobRow(props: {
       data-job-id={job.id}
       data-state={job.state}
       data-gpus={job.devices.length}
+      data-elastic={String(job.elastic)}
       tabIndex={0}
       role="button"
       title={`Open ${job.name || job.id} [${job.id}]`}
@@ -58,6 +81,7 @@ export function JobRow(props: {
         <span className="jp-edt-jobrow-gpus" title="GPUs held / most">
           {job.devices.length}/{job.max_gpus} GPUs
         </span>
+        <ModeTag job={job} />
         <span className="jp-edt-jobrow-elapsed" title="Elapsed">
           {formatDuration(elapsedSeconds(job, props.now))}
         </span>

@@ -7,6 +7,7 @@ import type { IMetricRecord } from '../charts/series';
 import {
   plannedEpochs,
   TERMINAL_STATES,
+  withRuntimeChange,
   type IJobEvent,
   type IJobInfo,
   type JobState
@@ -147,7 +148,9 @@ export function applyEvent(jobs: JobMap, event: IJobEvent): IApplyResult {
   }
   const row = jobs.get(id);
   if (!row) {
-    const known = ['state', 'allocation', 'limits'].includes(event.kind);
+    const known = ['state', 'allocation', 'limits', 'elastic'].includes(
+      event.kind
+    );
     return { ...unchanged, unknownJob: known ? id : null };
   }
   const { job } = row;
@@ -162,11 +165,16 @@ export function applyEvent(jobs: JobMap, event: IJobEvent): IApplyResult {
         progress: advanceProgress(row.progress, event.records ?? [])
       };
       break;
+    case 'elastic':
+      if (current) {
+        next = { ...row, job: withRuntimeChange(job, event) };
+      }
+      break;
     case 'state':
       if (current && event.state && event.state !== job.state) {
         const terminal = TERMINAL_STATES.has(event.state);
         const updated: IJobInfo = {
-          ...job,
+          ...withRuntimeChange(job, event),
           state: event.state,
           reason: event.reason ?? job.reason,
           updated: finite(event.time) ? event.time : job.updated,

@@ -13,6 +13,7 @@ import { AllocationSeries, LossSeries } from '../charts/series';
 import { EventStream, type ConnectionStatus } from './events';
 import {
   TERMINAL_STATES,
+  withRuntimeChange,
   type IJobApi,
   type IJobEvent,
   type IJobInfo,
@@ -302,10 +303,15 @@ export class JobController implements IDisposable {
     // fetched only add to the timeline and charts, not to the current state.
     const current = time >= this._snapshotTime;
     switch (event.kind) {
+      case 'elastic':
+        if (current) {
+          this._job = withRuntimeChange(job, event);
+        }
+        break;
       case 'state':
         if (current && event.state) {
           this._job = {
-            ...job,
+            ...withRuntimeChange(job, event),
             state: event.state,
             reason: event.reason ?? job.reason,
             finished: TERMINAL_STATES.has(event.state) ? time : job.finished

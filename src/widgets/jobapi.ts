@@ -43,6 +43,56 @@ export interface IJobInfo {
   created: number;
   updated: number;
   finished: number | null;
+  /**
+   * The job's program announced the elastic runtime, so the scheduler resizes it
+   * in place. False: a rigid job (yet), kept on the GPUs it started with.
+   */
+  elastic: boolean;
+  /** Times it went back to the queue after its driver died. */
+  restarts: number;
+}
+
+/**
+ * The job after an event that may change whether it is elastic or how often it
+ * restarted: an `elastic` event, or a `state` event (a start makes it rigid
+ * until it announces itself again; a requeue after its driver died counts).
+ */
+export function withRuntimeChange<T extends IJobInfo>(
+  job: T,
+  event: IJobEvent
+): T {
+  const elastic =
+    event.kind === 'elastic' || event.kind === 'state'
+      ? (event.elastic ?? job.elastic)
+      : job.elastic;
+  const restarts =
+    event.kind === 'state' ? (event.restarts ?? job.restarts) : job.restarts;
+  return elastic === job.elastic && restarts === job.restarts
+    ? job
+    : { ...job, elastic, restarts };
+}
+
+/** How a job runs, in words for a label and its tooltip. */
+export function runtimeMode(job: Pick<IJobInfo, 'elastic' | 'restarts'>): {
+  label: string;
+  title: string;
+} {
+  const restarted =
+    job.restarts > 0
+      ? ` Restarted ${job.restarts} time(s) from its checkpoint after its driver died.`
+      : '';
+  return job.elastic
+    ? {
+        label: 'elastic',
+        title: `Elastic: its GPUs grow and shrink in place.${restarted}`
+      }
+    : {
+        label: 'rigid',
+        title:
+          'Rigid: its program does not use the elastic runtime (or has not ' +
+          'started it yet), so it keeps the GPUs it started with and cannot ' +
+          `checkpoint when preempted.${restarted}`
+      };
 }
 
 /** Planned epochs when the job's spec says (EDT_EPOCHS). */
@@ -69,7 +119,14 @@ export interface ILogChunk {
 /** One message of the events WebSocket. */
 export interface IJobEvent {
   id?: number;
-  kind: 'state' | 'allocation' | 'limits' | 'metrics' | 'keepalive' | string;
+  kind:
+    | 'state'
+    | 'allocation'
+    | 'limits'
+    | 'elastic'
+    | 'metrics'
+    | 'keepalive'
+    | string;
   job_id?: string;
   time?: number;
   user?: string;
@@ -78,6 +135,8 @@ export interface IJobEvent {
   devices?: string[];
   priority?: number;
   max_gpus?: number;
+  elastic?: boolean;
+  restarts?: number;
   records?: IMetricRecord[];
 }
 

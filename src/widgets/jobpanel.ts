@@ -11,7 +11,7 @@ import { LossChart } from '../charts/loss';
 import type { IProgress } from '../charts/series';
 import { el } from '../dom';
 import { ALL_LOGS, type JobController } from './controller';
-import { plannedEpochs } from './jobapi';
+import { plannedEpochs, runtimeMode } from './jobapi';
 
 /** Options of a job panel. */
 export interface IJobPanelOptions {
@@ -102,6 +102,7 @@ export class JobPanel {
     // Figures: GPUs, progress, last loss.
     const stats = el('div', 'jp-edt-job-stats');
     this._gpus = el('span', 'jp-edt-job-gpus');
+    this._mode = el('span', 'jp-edt-mode-tag');
     this._progressText = el('span', 'jp-edt-job-progress-text');
     this._bar = el('div', 'jp-edt-job-progress-bar');
     this._barFill = el('div', 'jp-edt-job-progress-fill');
@@ -112,6 +113,7 @@ export class JobPanel {
     this._lossText = el('span', 'jp-edt-job-loss');
     stats.append(
       this._labelled('GPUs', this._gpus),
+      this._labelled('Mode', this._mode),
       this._labelled('Progress', this._progressText, this._bar),
       this._labelled('Loss', this._lossText)
     );
@@ -220,6 +222,11 @@ export class JobPanel {
 
     const held = job?.devices.length ?? 0;
     this._gpus.textContent = job ? `${held} / ${job.max_gpus}` : '–';
+    const mode = job ? runtimeMode(job) : null;
+    const restarted = job && job.restarts > 0 ? ` ↻${job.restarts}` : '';
+    this._mode.textContent = mode ? `${mode.label}${restarted}` : '–';
+    this._mode.title = mode?.title ?? '';
+    this._mode.dataset.elastic = String(job?.elastic ?? '');
     const progress = c.loss.progress;
     const planned = job ? plannedEpochs(job) : null;
     const { text, fraction } = describeProgress(progress, planned);
@@ -388,6 +395,7 @@ export class JobPanel {
   private readonly _error: HTMLDivElement;
   private readonly _reason: HTMLDivElement;
   private readonly _gpus: HTMLSpanElement;
+  private readonly _mode: HTMLSpanElement;
   private readonly _progressText: HTMLSpanElement;
   private readonly _bar: HTMLDivElement;
   private readonly _barFill: HTMLDivElement;

@@ -1,0 +1,215 @@
+"""A job whose driver dies while the server runs: with real drivers and gloo workers on
+virtual GPUs, through the job service and its runner. A SIGKILLed driver's job goes back to the
+queue and resumes from its newest checkpoint, ending where an uninterrupted run ends; without a
+checkpoint, or past `max_restarts`, it fails saying which process died, how, and its log."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from jobprograms import DEADLINE_S
+from test_recovery import start_service
+from test_recovery import stop_service as stop_recovery_service
+
+from jupyter_edt.jobs.models import JobSpec, JobState
+from jupyter_edt.jobs.service import JobService
+from jupyter_edt.runtime.jobdir import JobDir, process_start_time
+
+pytestmark = pytest.mark.asyncio
+
+EPOCHS = 8
+STEPS_PER_EPOCH = 6  # 48 samples in batches of 8
+MODEL = Path("model") / "model_epoch_final.pth"
+
+# float64, momentum and a scheduler: a resume that lost any state would not match
+PROGRAM = textwrap.dedent(
+    f"""
+    import os, time
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+    from jupyter_edt.runtime import Trainer
+
+    torch.set_default_dtype(torch.float64)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(48, 4, generator=g)
+    y = (x[:, 0] > 0).long()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+
+    def loss(out, target):
+        time.sleep(0.02)  # work: the driver is killed mid-run
+        return nn.functional.cross_entropy(out, target)
+
+    trainer = Trainer(
+        model,
+        lambda: (TensorDataset(x, y), TensorDataset(x[:8], y[:8])),
+        loss,
+        lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+        lr_scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 3, gamma=0.5),
+    )
+    # in a job its RESULT_DIR; the uninterrupted reference run names its own
+    result_dir = os.environ.get("EDT_TEST_REFERENCE_DIR")
+    trainer.fit({EPOCHS}, 8, 2, checkpoint_every=1, micro_batch_size=2, result_dir=result_dir)
+    """
+)
+
+SLEEPER = "import time\nwhile True:\n    time.sleep(0.05)\n"
+
+
+async def stop_service(service: JobService) -> None:
+    """Cancel what still runs (no job outlives its test), then stop as a shutdown does."""
+    for job in service.store.list_jobs():
+        if not JobState(job["state"]).terminal:
+            await service.cancel(job["user"], job["id"])
+    await stop_recovery_service(service)
+
+
+async def wait_until(condition, what: str, interval: float = 0.05):
+    """Poll `condition` until it returns something true; fail after the deadline."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never {what}")
+        await asyncio.sleep(interval)
+    return value
+
+
+def alive(pid: int) -> bool:
+    return process_start_time(pid) is not None
+
+
+async def kill_driver_when(service: JobService, job_id: str, ready) -> dict:
+    """SIGKILL the job's driver once `ready(job_dir)` holds; its status at that moment."""
+    d = service.runner.job_dir(job_id)
+    status = await wait_until(lambda: ready(d) and d.read_status(), "was ready to be killed")
+    os.kill(status["pid"], signal.SIGKILL)
+    return status
+
+
+def reasons(service: JobService, job_id: str) -> list[str]:
+    return [e["reason"] for e in service.store.events(job_id=job_id) if e["kind"] == "state"]
+
+
+def mid_run(d: JobDir) -> bool:
+    """Elastic, with a checkpoint and far from its end."""
+    step = d.latest_checkpoint_step()
+    status = d.read_status() or {}
+    return (
+        bool(status.get("elastic")) and step is not None and step < (EPOCHS - 3) * STEPS_PER_EPOCH
+    )
+
+
+async def test_a_killed_driver_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_run(
+    tmp_path,
+):
+    service = start_service(tmp_path)
+    try:
+        job = await service.submit("alice", JobSpec(max_gpus=2, code=PROGRAM))
+        first = await kill_driver_when(service, job["id"], mid_run)
+        requeued = await wait_until(
+            lambda: (j := service.store.get_job(job["id"]))["restarts"] == 1 and j,
+            "went back to the queue",
+            interval=0.01,
+        )
+        # its workers went with it: nothing of the first run trains on beside the second
+        await wait_until(
+            lambda: not any(alive(p) for p in first["pids"].values()), "stopped the workers"
+        )
+        done = await wait_until(
+            lambda: (
+                (j := service.store.get_job(job["id"]))["state"]
+                in ("SUCCEEDED", "FAILED", "CANCELLED")
+                and j
+            ),
+            "finished",
+            interval=0.2,
+        )
+    finally:
+        await stop_service(service)
+    assert done["state"] == "SUCCEEDED", done["reason"]
+    assert done["restarts"] == 1 and requeued["restarts"] == 1
+    said = reasons(service, job["id"])
+    assert "driver killed by SIGKILL" in said
+    resumed = [r for r in said if r.startswith("driver killed by SIGKILL; resumes from")]
+    assert len(resumed) == 1 and "(restart 1 of 3)" in resumed[0], said
+    assert "(epoch " in resumed[0]  # the user reads where it resumes, not only a step
+
+    # the same run in one plain process, never interrupted
+    reference = tmp_path / "reference"
+    (tmp_path / "program.py").write_text(PROGRAM)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDT_")}
+    subprocess.run(
+        [sys.executable, str(tmp_path / "program.py")],
+        env={**env, "EDT_TEST_REFERENCE_DIR": str(reference)},
+        check=True,
+        timeout=DEADLINE_S,
+    )
+    ours = torch.load(service.runner.result_dir(job["id"]) / MODEL)
+    theirs = torch.load(reference / MODEL)
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        assert ours[name].dtype == torch.float64
+        assert torch.equal(ours[name], theirs[name]), name
+
+
+async def test_a_killed_driver_without_a_checkpoint_fails_the_job_saying_how(tmp_path):
+    service = start_service(tmp_path)
+    try:
+        job = await service.submit("alice", JobSpec(max_gpus=2, code=SLEEPER))
+        status = await kill_driver_when(
+            service, job["id"], lambda d: (d.read_status() or {}).get("state") == "running"
+        )
+        done = await wait_until(
+            lambda: (j := service.store.get_job(job["id"]))["state"] == "FAILED" and j, "failed"
+        )
+        await wait_until(
+            lambda: not any(alive(p) for p in status["pids"].values()), "stopped the workers"
+        )
+    finally:
+        await stop_service(service)
+    assert done["reason"].startswith("driver killed by SIGKILL; no checkpoint to resume from")
+    assert done["restarts"] == 0 and done["elastic"] is False
+
+
+async def test_past_max_restarts_a_killed_driver_fails_the_job(tmp_path):
+    service = start_service(tmp_path, max_restarts=0)
+    try:
+        job = await service.submit("alice", JobSpec(max_gpus=1, code=PROGRAM))
+        await kill_driver_when(service, job["id"], mid_run)
+        done = await wait_until(
+            lambda: (j := service.store.get_job(job["id"]))["state"] == "FAILED" and j, "failed"
+        )
+    finally:
+        await stop_service(service)
+    assert done["reason"].startswith(
+        "driver killed by SIGKILL; restarted 0 time(s) already, the most allowed"
+    ), done["reason"]
+
+
+async def test_a_driver_that_reports_the_jobs_failure_fails_it_without_a_restart(tmp_path):
+    """A training failure is the program's, not the driver's: no restart, the error shown."""
+    service = start_service(tmp_path)
+    try:
+        job = await service.submit("alice", JobSpec(max_gpus=1, code="raise ValueError('bad')"))
+        done = await wait_until(
+            lambda: (j := service.store.get_job(job["id"]))["state"] == "FAILED" and j, "failed"
+        )
+    finally:
+        await stop_service(service)
+    assert done["restarts"] == 0
+    assert done["reason"].startswith("exit code 1: ") and "ValueError: bad" in done["reason"]
+
+
+async def test_max_restarts_must_not_be_negative(tmp_path):
+    with pytest.raises(ValueError, match="max_restarts must be 0 or more, got -1"):
+        start_service(tmp_path, max_restarts=-1)
