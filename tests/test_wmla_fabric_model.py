@@ -4,6 +4,7 @@ process (and, for the GPU-count invariance, in 1 and 2 real gloo workers)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import Dataset, TensorDataset
 
 from jupyter_edt.compat.callbacks import Callback, LoggerCallback, uses_dict_form
@@ -226,6 +228,12 @@ def test_both_logger_forms_and_user_callbacks(tmp_path, monkeypatch):
         ({"fn_test": "x"}, "fn_test must be a function"),
         ({"fn_batch_collate": 2}, "fn_batch_collate must be a function"),
         ({"enable_onnx": "yes"}, "enable_onnx must be True or False"),
+        ({"lr_scheduler_interval": "batch"}, "lr_scheduler_interval must be 'epoch' or 'step'"),
+        ({"lr_scheduler": 5}, "lr_scheduler must be a torch"),
+        (
+            {"lr_scheduler": StepLR(torch.optim.SGD(net().parameters(), lr=0.1), 1)},
+            "lr_scheduler schedules another optimizer",
+        ),
     ],
 )
 def test_bad_constructor_arguments_are_named(kwargs, words):
@@ -432,6 +440,142 @@ def test_the_result_does_not_depend_on_the_worker_count(tmp_path, kind):
         assert (result / "model" / "train" / "model_epoch_2_optimizer_state.pth").is_file()
     assert finals[0].keys() == finals[1].keys()
     assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
+
+
+class Decay(Callback):
+    """WMLA's way to a learning-rate schedule: a scheduler in a user callback (rank 0 only)."""
+
+    def on_train_begin(self):
+        self.scheduler = StepLR(self.params["optimizer"], 1, gamma=0.5)
+
+    def on_epoch_end(self, epoch, save_model=False):
+        self.scheduler.step()
+
+
+def test_lr_scheduler_argument_steps_per_epoch_or_per_step():
+    by_callback = fabric(user_callback=Decay())
+    by_callback.train(3, 4, 2, validation_freq=0)
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+    fm = FabricModel(model, datasets, F.cross_entropy, opt, lr_scheduler=StepLR(opt, 1, gamma=0.5))
+    fm.train(3, 4, 2, validation_freq=0)
+    assert torch.equal(params(fm.model), params(by_callback.model))
+    assert opt.param_groups[0]["lr"] == 0.1 * 0.5**3
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+    per_step = FabricModel(
+        model,
+        datasets,
+        F.cross_entropy,
+        opt,
+        lr_scheduler=lambda o: StepLR(o, 3, gamma=0.5),
+        lr_scheduler_interval="step",
+    )
+    per_step.train(2, 4, 2, validation_freq=0)  # 5 steps an epoch
+    assert opt.param_groups[0]["lr"] == 0.1 * 0.5 ** (10 // 3)
+
+
+SCHEDULED = """
+import sys
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.optim.lr_scheduler import StepLR
+from torch.utils.data import TensorDataset
+from jupyter_edt.compat.callbacks import Callback
+from jupyter_edt.compat.fabric_model import FabricModel
+
+torch.set_num_threads(1)  # the plain run computes as a worker does
+
+def data(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g, dtype=torch.float64)
+    return TensorDataset(x, (x[:, 0] + x[:, 1] > 0).long())
+
+class Decay(Callback):
+    def on_train_begin(self):
+        self.scheduler = StepLR(self.params["optimizer"], 1, gamma=0.5)
+
+    def on_epoch_end(self, epoch, save_model=False):
+        self.scheduler.step()
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2)).double()
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+if sys.argv[1] == "callback":
+    kw = {"user_callback": Decay()}
+else:
+    kw = {"lr_scheduler": StepLR(opt, 3, gamma=0.5), "lr_scheduler_interval": "step"}
+fm = FabricModel(model, lambda: (data(40, 1), data(12, 2)), F.cross_entropy, opt, **kw)
+fm.train(3, 2, 4)
+"""
+
+
+def _final_model(result_dir):
+    return torch.load(result_dir / "model" / "model_epoch_final.pth", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def scheduled(tmp_path_factory):
+    """The scheduled program, and a function giving its final model in one plain process per
+    way of scheduling (run when first asked for)."""
+    base = tmp_path_factory.mktemp("scheduled")
+    program = base / "program.py"
+    program.write_text(SCHEDULED)
+    finals = {}
+
+    def plain(mode):
+        if mode not in finals:
+            out = base / mode
+            env = {k: v for k, v in os.environ.items() if not k.startswith("EDT_")}
+            env.update(RESULT_DIR=str(out), CUDA_VISIBLE_DEVICES="")
+            done = subprocess.run(
+                [sys.executable, str(program), mode], env=env, capture_output=True, timeout=240
+            )
+            assert done.returncode == 0, done.stderr.decode()[-2000:]
+            finals[mode] = _final_model(out)
+        return finals[mode]
+
+    return program, plain
+
+
+def _equals_plain_run(scheduled, result_dir, mode, workers):
+    """Run the scheduled program on ``workers`` gloo workers (``"grow"``: 1, then 2 from step
+    3, in the first epoch); whether its final model is the plain process's, bit for bit."""
+    from jupyter_edt.runtime.control import LocalController
+
+    program, plain = scheduled
+    with LocalController([str(program), mode], result_dir, timeout_s=10) as ctl:
+        if workers == "grow":
+            ctl.hold(3)
+            ctl.start(1)
+            ctl.wait_held(3)
+            gen = ctl.scale(2, wait=False)
+            ctl.release(3)
+            grown = ctl.wait_formed(gen)
+            assert grown["world_size"] == 2 and grown["receivers"] == [1]
+        else:
+            ctl.start(workers)
+        codes = ctl.wait(timeout_s=240)
+    assert set(codes.values()) == {0}, list((result_dir / "logs").glob("*.out"))
+    final, want = _final_model(result_dir), plain(mode)
+    assert final.keys() == want.keys()
+    return all(torch.equal(final[k], want[k]) for k in want)
+
+
+def test_a_step_lr_in_user_callback_gives_the_plain_run_on_1_and_2_workers(scheduled, tmp_path):
+    """``user_callback`` runs on rank 0 alone; its scheduler's lr reaches the other worker."""
+    assert _equals_plain_run(scheduled, tmp_path / "one", "callback", 1)
+    assert _equals_plain_run(scheduled, tmp_path / "two", "callback", 2)
+
+
+def test_a_step_lr_in_user_callback_gives_the_plain_run_through_a_grow(scheduled, tmp_path):
+    assert _equals_plain_run(scheduled, tmp_path, "callback", "grow")
+
+
+def test_an_lr_scheduler_stepped_per_step_moves_to_the_joiner_of_a_grow(scheduled, tmp_path):
+    """On every worker; the joiner's scheduler continues from the sender's state."""
+    assert _equals_plain_run(scheduled, tmp_path, "step", "grow")
 
 
 def test_the_server_reads_emetrics_files_into_metric_records(tmp_path):

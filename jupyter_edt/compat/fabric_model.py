@@ -26,6 +26,16 @@ run on every worker. Loggers receive the train loss and accuracy (a percentage, 
 classifiers: ``argmax(output) == target``) after each step, and the validation ones after
 each validation.
 
+Learning rate and other hyperparameters: ``FabricModel(..., lr_scheduler=StepLR(optimizer, 2),
+lr_scheduler_interval="epoch")`` steps the scheduler after each epoch (``"step"``: after each
+optimizer step) on every worker; its state moves to joiners and into checkpoints. A change to
+``optimizer.param_groups`` made anywhere, a scheduler stepped in a ``user_callback`` (rank 0
+only) included, reaches every worker before the next optimizer step, so the result still does
+not depend on the GPU count; changes that contradict each other on different workers stop the
+job with an error naming them (``runtime/hyper.py`` has the rule). A scheduler living in a
+``user_callback`` keeps its own state on rank 0: it is not moved, so it starts over should the
+job ever lose the worker of rank 0; the ``lr_scheduler`` argument has no such limit.
+
 Custom hooks (each on one micro-batch, on the worker's device):
 
 - ``fn_batch_collate(samples) -> (features, labels)``: the collate function.
@@ -53,7 +63,7 @@ from torch import nn
 
 from ..runtime.state import atomic_save, to_cpu
 from ..runtime.trainer import Callback as RuntimeCallback
-from ..runtime.trainer import Trainer
+from ..runtime.trainer import Trainer, check_lr_scheduler
 from .callbacks import uses_dict_form
 
 __all__ = ["Evaluator", "FabricModel", "accuracy"]
@@ -173,6 +183,8 @@ class FabricModel:
         fn_batch_collate: Callable[[list[Any]], Any] | None = None,
         enable_onnx: bool = False,
         save_to_onnx: bool = False,
+        lr_scheduler: Any = None,
+        lr_scheduler_interval: str = "epoch",
     ) -> None:
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -196,6 +208,15 @@ class FabricModel:
         for name, flag in (("enable_onnx", enable_onnx), ("save_to_onnx", save_to_onnx)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be True or False, got {flag!r}")
+        if isinstance(lr_scheduler, type) or not hasattr(lr_scheduler, "state_dict"):
+            if lr_scheduler is not None and not callable(lr_scheduler):
+                raise ValueError(
+                    "lr_scheduler must be a torch.optim.lr_scheduler scheduler or a function of "
+                    f"the optimizer returning one, got {type(lr_scheduler).__name__}"
+                )
+            check_lr_scheduler(None, optimizer, lr_scheduler_interval)  # a factory runs later
+        else:
+            check_lr_scheduler(lr_scheduler, optimizer, lr_scheduler_interval)
         self.model = model
         self.datasets_function = datasets_function
         self.loss_function = loss_function
@@ -212,6 +233,8 @@ class FabricModel:
         self.fn_test = fn_test
         self.fn_batch_collate = fn_batch_collate
         self.enable_onnx = enable_onnx or save_to_onnx
+        self.lr_scheduler = lr_scheduler
+        self.lr_scheduler_interval = lr_scheduler_interval
         self.history: dict[str, list[Any]] | None = None
         self.job: Any = None  # the submitted job, in a notebook
 
@@ -270,8 +293,10 @@ class FabricModel:
             self.loss_function,
             self.optimizer,
             metrics=self.metrics,
+            lr_scheduler=self.lr_scheduler,
             collate_fn=self.fn_batch_collate,
             callbacks=[_Bridge(self, checkpoint_freq, epoch_number)],
+            lr_scheduler_interval=self.lr_scheduler_interval,
         )
         trainer.fn_step_train = self.fn_step_train
         trainer.fn_test = self.fn_test

@@ -7,8 +7,9 @@ prefix ``g<g>/`` of that store, so re-forming costs a few milliseconds and no pr
 Gradients are summed by an exact, order-fixed reduce-scatter and all-gather (``exchange.py``):
 every element is added in micro-batch index order, as on one device, so the sum is
 bit-identical whatever the worker count; transfers start from gradient hooks during backward.
-Per-micro-batch scalars (loss, metrics, BatchNorm buffers, control values) are all-gathered and
-folded in the same order on every rank.
+Per-micro-batch scalars (loss, metrics, BatchNorm buffers) are all-gathered with each rank's
+control values (the generation it has seen, a fingerprint of its optimizer hyperparameters, ...)
+and folded in the same order on every rank.
 
 Devices and backends (decided per job: every worker of a job is of one kind):
 
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import threading
 import time
 from dataclasses import dataclass
@@ -204,9 +206,11 @@ class _Reducer:
         """Sum a step's gradients (``grads``, see ``exchange.py``) and fold everyone's
         per-micro-batch ``aux_parts`` in micro-batch order; returns the folded aux.
 
-        ``aux_parts`` are float64 vectors, one per micro-batch this rank computed: the first
-        ``n_sum`` entries are summed, the rest take the maximum (control values such as the
-        generation seen). Every rank returns the same values.
+        ``aux_parts`` are float64 vectors of ``aux_size`` entries, one per micro-batch this rank
+        computed: their first ``n_sum`` entries are summed. The rest of the first vector are
+        this rank's control values (the generation seen, ...), which take the maximum over
+        every rank; a rank without a micro-batch this step passes one vector for them alone.
+        Every rank returns the same values.
         """
         if grads is not None:
             grads.flush()
@@ -224,8 +228,13 @@ class _Reducer:
         for r, k in enumerate(counts):
             for i in range(1 if r == 0 else 0, k):
                 acc[:n_sum] += every[r, i, :n_sum]
-                torch.maximum(acc[n_sum:], every[r, i, n_sum:], out=acc[n_sum:])
+        if aux_size > n_sum and self.world_size > 1:
+            acc[n_sum:] = every[:, 0, n_sum:].amax(0)
         return acc
+
+    def all_gather_object(self, obj: object) -> list[object]:
+        """Every rank's picklable ``obj``, by rank (rare, small exchanges: hyperparameters)."""
+        return [obj]
 
     def _gather(self, t: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """Every rank's ``t``, stacked, and the work to wait for before reading it."""
@@ -406,6 +415,16 @@ class ElasticGroup(_Reducer):
         """Leave the group for good and stop the heartbeat."""
         self._stop.set()
         self.destroy()
+
+    def all_gather_object(self, obj: object) -> list[object]:
+        """Every rank's picklable ``obj``, by rank, over gloo (host memory)."""
+        blob = pickle.dumps(obj)
+        sizes = [n for (n,) in self.all_gather_ints([len(blob)])]
+        mine = torch.zeros(max(sizes), dtype=torch.uint8)
+        mine[: len(blob)] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+        out = [torch.empty_like(mine) for _ in range(self.world_size)]
+        self.guard(dist.all_gather, out, mine)
+        return [pickle.loads(t[:n].numpy().tobytes()) for t, n in zip(out, sizes, strict=True)]
 
     def all_gather_ints(self, values: list[int]) -> list[list[int]]:
         """Every rank's small integer vector (used to agree on cursors when re-forming)."""

@@ -18,8 +18,16 @@ Rules the user relies on:
   the step's start; at the end of the step the buffers become the weighted mean (weights
   ``len_j / len(batch)``) of the micro-batches' updated buffers, summed in micro-batch order, so
   they do not depend on placement. With one micro-batch per step this is plain PyTorch.
-- ``lr_scheduler`` steps once per epoch. Callbacks run on every worker (``trainer.rank`` tells
-  which); their own state is not moved to joiners.
+- ``lr_scheduler`` steps once per epoch, or after every optimizer step with
+  ``lr_scheduler_interval="step"``; its state moves to joiners and into checkpoints. Callbacks run
+  on every worker (``trainer.rank`` tells which); their own state is not moved to joiners.
+- The optimizer's hyperparameters (``param_groups``: lr, momentum, weight decay, betas, ...) are
+  the same on every worker at every step: a value that user code changed on some workers only (a
+  callback when ``trainer.rank == 0``) reaches the others before the next optimizer step, and
+  values changed differently on different workers stop the job with an error naming them. See
+  ``hyper.py`` for the rule and what counts as a hyperparameter. A worker that joins a running
+  job runs ``on_train_begin`` too, but what it changes there is dropped: the job's values, and
+  its changes not yet agreed, come with the state.
 - ``device`` (default ``"auto"``): in a job the allocation decides (the worker's one GPU, or the
   CPU for a virtual device); in a plain process CUDA when available. The model moves there when
   the trainer is built; batches, loss and metrics are computed there. See
@@ -41,13 +49,27 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, IterableDataset, default_collate
 
+from . import hyper
 from . import partition as part
 from .events import EventLog
 from .exchange import BUCKET_BYTES, OrderedExchange
 from .group import ElasticGroup, GroupError, JobContext, LeaveJob, SoloGroup, select_device
 from .state import atomic_save, latest_checkpoint, save_checkpoint, to_cpu
 
-__all__ = ["Callback", "Trainer", "env_overrides", "resolve_device"]
+__all__ = [
+    "LR_SCHEDULER_INTERVALS",
+    "Callback",
+    "Trainer",
+    "check_lr_scheduler",
+    "env_overrides",
+    "resolve_device",
+]
+
+# when Trainer(lr_scheduler=...) steps: after each epoch, or after each optimizer step
+LR_SCHEDULER_INTERVALS = ("epoch", "step")
+
+# control values of a step, after the summed ones: their maximum over the workers
+CONTROL = ("generation", "checkpoint_requests", "hp_fingerprint", "minus_hp_fingerprint")
 
 # fit() argument -> (environment variable, lowest allowed value)
 ENV_OPTIONS = {
@@ -130,6 +152,37 @@ def env_overrides(env: Mapping[str, str], **given: int) -> tuple[dict[str, int],
     return values, notes
 
 
+def check_lr_scheduler(lr_scheduler: Any, optimizer: torch.optim.Optimizer, interval: str) -> Any:
+    """The scheduler of ``optimizer`` that ``lr_scheduler`` stands for (an instance, or a
+    factory called with the optimizer), or None; ValueError naming the argument on bad input."""
+    if interval not in LR_SCHEDULER_INTERVALS:
+        raise ValueError(f"lr_scheduler_interval must be 'epoch' or 'step', got {interval!r}")
+    if lr_scheduler is None:
+        return None
+    is_factory = isinstance(lr_scheduler, type) or not hasattr(lr_scheduler, "state_dict")
+    if is_factory:
+        if not callable(lr_scheduler):
+            raise ValueError(
+                "lr_scheduler must be a torch.optim.lr_scheduler scheduler or a function of "
+                f"the optimizer returning one, got {type(lr_scheduler).__name__}"
+            )
+        lr_scheduler = lr_scheduler(optimizer)
+    for name in ("step", "state_dict", "load_state_dict"):
+        if not callable(getattr(lr_scheduler, name, None)):
+            raise ValueError(
+                f"lr_scheduler must have {name}() (a torch.optim.lr_scheduler scheduler), "
+                f"got {type(lr_scheduler).__name__}"
+            )
+    if getattr(lr_scheduler, "optimizer", optimizer) is not optimizer:
+        raise ValueError("lr_scheduler schedules another optimizer than the one given")
+    if isinstance(lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        raise ValueError(
+            "lr_scheduler: ReduceLROnPlateau needs a metric at each step; call its "
+            "step(logs['val_loss']) from a callback's on_epoch_end instead"
+        )
+    return lr_scheduler
+
+
 def resolve_device(requested: str | torch.device = "auto") -> torch.device:
     """The device this process trains on (see ``group.select_device``)."""
     name = select_device(
@@ -174,6 +227,7 @@ class Trainer:
         collate_fn: Callable[[list[Any]], Any] | None = None,
         callbacks: Sequence[Callback] | None = None,
         device: str | torch.device = "auto",
+        lr_scheduler_interval: str = "epoch",
     ) -> None:
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -199,10 +253,8 @@ class Trainer:
         elif not isinstance(metrics, Mapping):
             metrics = {getattr(f, "__name__", f"metric{i}"): f for i, f in enumerate(metrics)}
         self.metrics: dict[str, MetricFn] = dict(metrics)
-        is_factory = isinstance(lr_scheduler, type) or not hasattr(lr_scheduler, "state_dict")
-        self.lr_scheduler = (
-            lr_scheduler(self.optimizer) if callable(lr_scheduler) and is_factory else lr_scheduler
-        )
+        self.lr_scheduler = check_lr_scheduler(lr_scheduler, self.optimizer, lr_scheduler_interval)
+        self.lr_scheduler_interval = lr_scheduler_interval
         self.collate_fn = collate_fn or default_collate
         self.callbacks = list(callbacks or [])
         for cb in self.callbacks:
@@ -218,6 +270,11 @@ class Trainer:
         self.events: EventLog | None = None
         self.left = False
         self._has_state = False
+        self._joined_late = False  # this worker joined a job that had trained before
+        self._hp = hyper.Tracker(self.optimizer)
+        self._hp_agreed: hyper.Snapshot | None = None  # the last agreed hyperparameters
+        self._hp_trace: list[hyper.Snapshot] = []  # after each piece of user code since then
+        self._hp_now: hyper.Snapshot = ()  # this worker's, as it entered the step's reduction
 
     # -- state ---------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -226,6 +283,7 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
+            "hyperparameters": {"agreed": self._agreed_hp(), "trace": list(self._hp_trace)},
             "cursor": {
                 "epoch": self.epoch,
                 "step": self.step,
@@ -244,6 +302,11 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.lr_scheduler is not None and state["lr_scheduler"] is not None:
             self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        # a joiner takes the sender's pending changes as its own; a state from before the
+        # agreement existed: its own hyperparameters are the agreed ones
+        hp = state.get("hyperparameters") or {}
+        self._hp_agreed = hp.get("agreed") or self._hp.snapshot()
+        self._hp_trace = list(hp.get("trace", []))
         c = state["cursor"]
         self.epoch, self.step = int(c["epoch"]), int(c["step"])
         self.global_step, self.ckpt_seen = int(c["global_step"]), int(c["ckpt_seen"])
@@ -314,6 +377,7 @@ class Trainer:
             ElasticGroup(ctx, self.device) if ctx else SoloGroup(self.device)
         )
         self.events = EventLog(ctx.log_dir if ctx else None, self.group.worker_id)
+        self._hp_agreed, self._hp_trace = None, []
         for note in notes:
             self.events.info(note)
         self._setup_grads()
@@ -353,7 +417,10 @@ class Trainer:
         self.n_metrics = len(self.metrics)
         self.n_buf = sum(b.numel() for b in self.buffers)
         self.n_sum = 1 + self.n_metrics + self.n_buf
-        self.aux_size = self.n_sum + 2  # + max of (generation seen, checkpoint requests)
+        self.aux_size = self.n_sum + len(CONTROL)
+        # refilled every step: pageable host memory, which a copy to the device has read by the
+        # time copy_ returns, even with non_blocking
+        self._control = torch.empty(len(CONTROL), dtype=torch.float64)
 
     def _hook(self, index: int) -> Callable[[torch.Tensor], None]:
         view = self.grad_views[index]
@@ -393,6 +460,7 @@ class Trainer:
             self._form(gen, members, time.monotonic())
         else:
             self._resume_from_disk()
+        self._hp_agreed = self._agreed_hp()  # before any callback can change them
         steps = part.steps_per_epoch(len(self.train_ds), self.batch_size)  # type: ignore[arg-type]
         self._emit(
             "train_begin",
@@ -404,8 +472,12 @@ class Trainer:
             steps_per_epoch=steps,
             device=str(self.device),
         )
+        received = self._hp_agreed, list(self._hp_trace)
         for cb in self.callbacks:
-            cb.on_train_begin()
+            self._marked(cb.on_train_begin)
+        if self._joined_late:  # the job began before us: our on_train_begin changes nothing
+            self._hp_agreed, self._hp_trace = received
+            hyper.apply(self.optimizer, self._hp_trace[-1] if self._hp_trace else received[0])
         perm_epoch, perm = -1, []
         held = -1
         while self.epoch < self.epochs:
@@ -415,7 +487,7 @@ class Trainer:
             if perm_epoch != self.epoch:
                 if self.step == 0:
                     for cb in self.callbacks:
-                        cb.on_epoch_begin(self.epoch)
+                        self._marked(cb.on_epoch_begin, self.epoch)
                 perm_epoch = self.epoch
                 perm = part.epoch_permutation(len(self.train_ds), self.seed, self.epoch)  # type: ignore[arg-type]
             ctl = g.control()
@@ -427,10 +499,13 @@ class Trainer:
             t0 = time.monotonic()
             try:
                 tot = self._train_step(perm, ctl)
+                host = tot.cpu()  # one copy to the host per step (the same on a CPU worker)
+                agreed = dict(zip(CONTROL, host[self.n_sum :].tolist(), strict=True))
+                self._agree_hyperparameters(agreed)
             except GroupError as e:
                 self._recover(e)
                 continue
-            self._commit(tot, t0)
+            self._commit(tot, host, agreed, t0)
 
     def _guarded(self, fn: Callable[[], None]) -> None:
         try:
@@ -472,10 +547,48 @@ class Trainer:
             if self.buffers:
                 flat_b = torch.cat([b.detach().double().reshape(-1) for b in self.buffers])
                 aux[1 + self.n_metrics : self.n_sum] = flat_b * weight
-            aux[self.n_sum] = ctl["gen"]
-            aux[self.n_sum + 1] = ctl["ckpt"]
             aux_parts.append(aux)
+        # the hyperparameters as the step ends: a custom step hook may have changed them too
+        self._hp_now = self._hp.snapshot()
+        fp = self._hp.fingerprint()
+        self._control.numpy()[:] = (ctl["gen"], ctl["ckpt"], fp, -fp)  # exact: below 2**53
+        if not aux_parts:  # no micro-batch here this step: the control values still count
+            aux_parts.append(torch.zeros(self.aux_size, dtype=torch.float64, device=self.device))
+        aux_parts[0][self.n_sum :].copy_(self._control, non_blocking=True)  # no device wait
         return self.group.reduce(len(mbs), self.exchange, aux_parts, self.aux_size, self.n_sum)
+
+    def _marked(self, fn: Callable[..., object], *args: Any) -> None:
+        """Run user code, then note the hyperparameters it left: the trace that
+        ``hyper.agree`` reads when workers differ (usually a comparison per param group)."""
+        fn(*args)
+        snap = self._hp.snapshot()
+        if snap != (self._hp_trace[-1] if self._hp_trace else self._hp_agreed):
+            self._hp_trace.append(snap)
+
+    def _agreed_hp(self) -> hyper.Snapshot:
+        if self._hp_agreed is None:
+            return self._hp.snapshot()
+        return self._hp_agreed
+
+    def _agree_hyperparameters(self, agreed: Mapping[str, float]) -> None:
+        """Make every worker's hyperparameters the same before the optimizer step (the rule is
+        in ``hyper.py``); equal fingerprints, the common case, need no communication.
+        ``agreed``: the step's control values, their maximum over the workers."""
+        if agreed["hp_fingerprint"] == -agreed["minus_hp_fingerprint"]:  # highest == lowest
+            self._hp_agreed, self._hp_trace = self._hp_now, []
+            return
+        # a failed exchange keeps the trace: the step is redone
+        traces = self.group.all_gather_object([*self._hp_trace, self._hp_now])
+        self._hp_trace = []
+        try:
+            agreed = hyper.agree(self._agreed_hp(), traces)  # type: ignore[arg-type]
+        except hyper.HyperparameterConflict as e:
+            self._emit("hyperparameter_conflict", error=str(e), global_step=self.global_step)
+            raise
+        changed = hyper.apply(self.optimizer, agreed)
+        self._hp_agreed = agreed
+        if changed:
+            self._emit("hyperparameters", global_step=self.global_step, changed=changed)
 
     def _seed(self, seed: int) -> None:
         # torch.manual_seed also walks every accelerator backend (~1 ms); seed what is used.
@@ -504,9 +617,12 @@ class Trainer:
         for p, view in zip(self.params, self.grad_views, strict=True):
             self._into_flat(p, view)
 
-    def _commit(self, tot: torch.Tensor, t0: float) -> None:
-        host = tot.cpu()  # one copy to the host per step (the same tensor on a CPU worker)
+    def _commit(
+        self, tot: torch.Tensor, host: torch.Tensor, agreed: Mapping[str, float], t0: float
+    ) -> None:
         self.optimizer.step()
+        if self.lr_scheduler is not None and self.lr_scheduler_interval == "step":
+            self._marked(self.lr_scheduler.step)
         if self.buffers:
             flat_b = tot[1 + self.n_metrics : self.n_sum]
             off = 0
@@ -536,12 +652,12 @@ class Trainer:
             samples_per_s=batch / elapsed if elapsed > 0 else None,
         )
         for cb in self.callbacks:
-            cb.on_step_end(logs["step"], logs)
-        agreed_ckpt = int(host[self.n_sum + 1])
+            self._marked(cb.on_step_end, logs["step"], logs)
+        agreed_ckpt = int(agreed["checkpoint_requests"])
         if agreed_ckpt > self.ckpt_seen:
             self.ckpt_seen = agreed_ckpt
             self._checkpoint("request")
-        agreed_gen = int(host[self.n_sum])
+        agreed_gen = int(agreed["generation"])
         if agreed_gen > self.generation:
             assert isinstance(self.group, ElasticGroup)
             t_end = time.monotonic()
@@ -554,12 +670,12 @@ class Trainer:
         logs: dict[str, Any] = {"epoch": self.epoch}
         if self.validate_every and (self.epoch + 1) % self.validate_every == 0:
             logs.update(self._validate())
-        if self.lr_scheduler is not None:
-            self.lr_scheduler.step()
+        if self.lr_scheduler is not None and self.lr_scheduler_interval == "epoch":
+            self._marked(self.lr_scheduler.step)
         self.history["val"].append(logs)
         self._emit("epoch", **logs, world_size=self.world_size)
         for cb in self.callbacks:
-            cb.on_epoch_end(self.epoch, logs)
+            self._marked(cb.on_epoch_end, self.epoch, logs)
         self.epoch += 1
         self.step = 0
         if self.checkpoint_every and self.epoch % self.checkpoint_every == 0:
@@ -650,6 +766,8 @@ class Trainer:
                 elif self.rank in receivers:
                     self.load_state(g.recv_state(src))  # type: ignore[arg-type]
                     self.flat.zero_()
+                if not self._has_state:  # our first group: did the job run before us?
+                    self._joined_late = bool(holders)
                 self._has_state = True
                 break
             except GroupError as e:

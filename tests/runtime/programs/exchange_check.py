@@ -8,7 +8,8 @@ gradient hooks are stood in for by ``grad_ready`` calls in backward order (param
 never reports, like one without a gradient). ``tagged: false`` takes the path of NCCL groups
 (every transfer posted in one order, no finishing thread). Prints one JSON line per
 configuration: whether the total and the folded per-micro-batch values equal a one-device sum
-bit for bit.
+bit for bit, and whether each rank's control values came back as their maximum over every rank
+(ranks without a micro-batch included).
 """
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ def gradient(j: int) -> torch.Tensor:
 
 
 def aux(j: int) -> torch.Tensor:
-    return torch.cat([gradient(j)[:N_SUM] / 7, torch.tensor([float(j % 3)]).double()])
+    return gradient(j)[:N_SUM] / 7
+
+
+def control(rank: int) -> list[float]:
+    """The highest value comes from the last rank, which may have no micro-batch."""
+    return [float(rank)]
 
 
 def run(group: ElasticGroup, cfg: dict[str, int]) -> dict[str, object]:
@@ -60,14 +66,16 @@ def run(group: ElasticGroup, cfg: dict[str, int]) -> dict[str, object]:
             for i in reversed(range(len(SIZES))):
                 if i != cfg["skip"]:
                     ex.grad_ready(i)
-    folded = group.reduce(m, ex, [aux(j) for j in range(lo, hi)], AUX, N_SUM)
+    parts = [torch.cat([aux(j), torch.zeros(AUX - N_SUM).double()]) for j in range(lo, hi)]
+    parts = parts or [torch.zeros(AUX).double()]  # a rank without a micro-batch
+    parts[0][N_SUM:] = torch.tensor(control(group.rank))
+    folded = group.reduce(m, ex, parts, AUX, N_SUM)
     want = torch.zeros(off, dtype=torch.float64)
-    want_aux = aux(0)
+    want_aux = torch.cat([aux(0), torch.tensor(control(group.world_size - 1)).double()])
     for j in range(m):
         want += gradient(j)
         if j:
-            want_aux[:N_SUM] += aux(j)[:N_SUM]
-            want_aux[N_SUM:] = torch.maximum(want_aux[N_SUM:], aux(j)[N_SUM:])
+            want_aux[:N_SUM] += aux(j)
     return {
         **cfg,
         "rank": group.rank,

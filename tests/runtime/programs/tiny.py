@@ -2,7 +2,9 @@
 
 Run as a worker program (``python -m jupyter_edt.runtime.worker tiny.py --epochs 3 ...``) or
 imported (``build(...)``) for a plain-process run. ``--record DIR`` makes the training set append
-every index it serves to ``DIR/served-<pid>.txt``.
+every index it serves to ``DIR/served-<pid>.txt``. ``--tweak`` changes hyperparameters on some
+workers only (``Tweak``), ``--conflict`` changes ``lr`` differently on every worker,
+``--begin-lr`` sets the starting ``lr`` in ``on_train_begin``, which a joiner runs too.
 """
 
 from __future__ import annotations
@@ -40,7 +42,50 @@ def accuracy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (out.argmax(1) == y).double().mean()
 
 
-def build(record: str | None = None, lr: float = 0.01):  # type: ignore[no-untyped-def]
+def callbacks(  # type: ignore[type-arg]
+    tweak: bool = False, conflict: bool = False, begin_lr: bool = False
+) -> list:
+    from jupyter_edt.runtime import Callback
+
+    class Tweak(Callback):
+        """Rank 0 halves ``lr`` at each epoch's end; the last rank changes Adam's ``betas`` and
+        ``weight_decay`` after an epoch's second-to-last step, so that the next, partial step
+        (3 micro-batches) leaves that rank without a micro-batch on 4 workers. On one worker,
+        both are the same rank."""
+
+        def on_step_end(self, step: int, logs: dict) -> None:  # type: ignore[type-arg]
+            t = self.trainer
+            if t.rank == t.world_size - 1 and step == 3:
+                group = t.optimizer.param_groups[0]
+                group["betas"] = (0.85 - 0.1 * logs["epoch"], 0.99)
+                group["weight_decay"] = 0.01 * (1 + logs["epoch"])
+
+        def on_epoch_end(self, epoch: int, logs: dict) -> None:  # type: ignore[type-arg]
+            if self.trainer.rank == 0:
+                self.trainer.optimizer.param_groups[0]["lr"] *= 0.5
+
+    class Conflict(Callback):
+        def on_epoch_end(self, epoch: int, logs: dict) -> None:  # type: ignore[type-arg]
+            self.trainer.optimizer.param_groups[0]["lr"] = 0.001 * (1 + self.trainer.rank)
+
+    class Begin(Callback):
+        """Sets the starting lr, on every worker: a joiner runs it too, when it joins."""
+
+        def on_train_begin(self) -> None:
+            self.trainer.optimizer.param_groups[0]["lr"] = 0.02
+
+    chosen = [(begin_lr, Begin), (tweak, Tweak), (conflict, Conflict)]
+    return [cls() for on, cls in chosen if on]
+
+
+def build(  # type: ignore[no-untyped-def]
+    record: str | None = None,
+    lr: float = 0.01,
+    tweak: bool = False,
+    conflict: bool = False,
+    device: str = "auto",
+    begin_lr: bool = False,
+):
     from jupyter_edt.runtime import Trainer
 
     torch.manual_seed(1234)
@@ -58,6 +103,8 @@ def build(record: str | None = None, lr: float = 0.01):  # type: ignore[no-untyp
         lambda params: torch.optim.Adam(params, lr=lr),
         metrics={"acc": accuracy},
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.9),
+        callbacks=callbacks(tweak, conflict, begin_lr),
+        device=device,
     )
 
 
@@ -69,8 +116,11 @@ def main() -> None:
     ap.add_argument("--max-gpus", type=int, default=4)
     ap.add_argument("--checkpoint-every", type=int, default=1)
     ap.add_argument("--record", default=None)
+    ap.add_argument("--tweak", action="store_true")
+    ap.add_argument("--conflict", action="store_true")
+    ap.add_argument("--begin-lr", action="store_true")
     args = ap.parse_args()
-    trainer = build(args.record)
+    trainer = build(args.record, tweak=args.tweak, conflict=args.conflict, begin_lr=args.begin_lr)
     trainer.fit(
         args.epochs,
         args.batch,
