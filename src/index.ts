@@ -24,7 +24,7 @@ import { JobDetail } from './jobview';
 import { jobNotice } from './notify';
 import { EdtSidebar, JobsModel, parseFilter } from './sidebar';
 import { isSubmittable, submitFile } from './submit';
-import { restJobApi, webSocketFactory } from './widgets/jobapi';
+import { restJobApi, webSocketFactory } from './api';
 import { widgetsPlugin } from './widgets/plugin';
 
 /** Command ids of the extension. */

@@ -7,9 +7,9 @@ import {
   AllocationSeries,
   LossSeries,
   alignSeries,
-  emetricsPoints,
-  type IMetricRecord
+  emetricsPoints
 } from '../charts/series';
+import type { IMetricRecord } from '../api';
 import { isLossName, isValidationName, lossSeriesSpecs } from '../charts/loss';
 import { withAlpha } from '../charts/chart';
 import { EMETRICS } from './fixtures/emetrics';

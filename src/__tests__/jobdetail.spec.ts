@@ -1,8 +1,8 @@
 import { Widget } from '@lumino/widgets';
 
 import { JobDetail, type IConfirm } from '../jobview/detail';
-import { JobController } from '../widgets/controller';
-import type { IJobApi, IJobInfo, ISocketLike } from '../widgets/jobapi';
+import { JobController } from '../job/controller';
+import type { IJobApi, IJobInfo, ISocketLike } from '../api';
 
 const JOB: IJobInfo = {
   id: 'a1b2c3d4e5f6',

@@ -1,6 +1,6 @@
-import { JobController } from '../widgets/controller';
-import { JobPanel, describeProgress } from '../widgets/jobpanel';
-import type { IJobApi, IJobInfo, ISocketLike } from '../widgets/jobapi';
+import { JobController } from '../job/controller';
+import { JobPanel, describeProgress } from '../job/panel';
+import type { IJobApi, IJobInfo, ISocketLike } from '../api';
 import { EMETRICS } from './fixtures/emetrics';
 
 const JOB: IJobInfo = {

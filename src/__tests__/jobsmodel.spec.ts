@@ -1,6 +1,6 @@
 import { JobsModel } from '../sidebar/jobsmodel';
 import type { IJobFinished } from '../sidebar/jobstate';
-import type { IJobEvent, IJobInfo, ISocketLike } from '../widgets/jobapi';
+import type { IJobEvent, IJobInfo, ISocketLike } from '../api';
 
 /** A socket the test opens, feeds and drops by hand. */
 class FakeSocket implements ISocketLike {

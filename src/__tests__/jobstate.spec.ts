@@ -11,7 +11,7 @@ import {
   visibleJobs,
   type JobMap
 } from '../sidebar/jobstate';
-import type { IJobInfo } from '../widgets/jobapi';
+import type { IJobInfo } from '../api';
 
 function job(id: string, change: Partial<IJobInfo> = {}): IJobInfo {
   return {

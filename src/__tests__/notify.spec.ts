@@ -1,6 +1,6 @@
 import { allocationChanges, describeChange } from '../jobview/timeline';
 import { jobNotice } from '../notify';
-import type { IJobInfo } from '../widgets/jobapi';
+import type { IJobInfo } from '../api';
 
 function finished(change: Partial<IJobInfo>) {
   const job: IJobInfo = {

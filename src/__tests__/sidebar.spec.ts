@@ -1,16 +1,14 @@
 import { Widget } from '@lumino/widgets';
 
-import type { ClusterInfo } from '../api';
-import { heldSummary } from '../cluster';
+import type { ClusterInfo, IJobInfo, ISocketLike } from '../api';
+import { ClusterModel, heldSummary } from '../cluster';
 import {
-  ClusterModel,
   EdtSidebar,
   hasReadings,
   historyColumns,
   JobsModel,
   type IJobFilter
 } from '../sidebar';
-import type { IJobInfo, ISocketLike } from '../widgets/jobapi';
 
 function job(id: string, change: Partial<IJobInfo> = {}): IJobInfo {
   return {

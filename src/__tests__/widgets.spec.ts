@@ -5,9 +5,9 @@ import * as path from 'path';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { ChartData, toFloat64 } from '../widgets/chartdata';
-import { ALL_LOGS, JobController } from '../widgets/controller';
-import { EventStream } from '../widgets/events';
+import { ALL_LOGS, JobController } from '../job/controller';
 import {
+  EventStream,
   eventsUrl,
   type IJobApi,
   type IJobEvent,
@@ -15,7 +15,7 @@ import {
   type ILogChunk,
   type IMetricRecord,
   type ISocketLike
-} from '../widgets/jobapi';
+} from '../api';
 import { MODULE_NAME, MODULE_VERSION } from '../widgets/version';
 
 const JOB_ID = 'a1b2c3d4e5f6';

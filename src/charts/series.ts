@@ -2,30 +2,8 @@
  * Chart data built from the job's records: pure functions and small classes,
  * no DOM and no uPlot, so that they are tested on their own.
  */
+import type { IMetricRecord } from '../api/types';
 import { DEFAULT_MAX_POINTS, SeriesBuffer } from './downsample';
-
-/**
- * One metric record of a job (GET jobs/{id}/metrics, or a `metrics` event's
- * `records`): rank 0's `step` records (global_step, epoch, step, loss, train
- * metrics, world_size, samples_per_s, ...), `epoch` records (epoch, val_loss
- * and val_<metric>), and `emetrics` records, one per line of a WMLA program's
- * evaluation-metrics.txt (group `train` or `test`, iteration, rindex, subid
- * and each of the line's values by name).
- */
-export interface IMetricRecord {
-  type?: string;
-  id?: number;
-  time?: number;
-  epoch?: number;
-  step?: number;
-  global_step?: number;
-  loss?: number;
-  world_size?: number;
-  samples_per_s?: number | null;
-  group?: string;
-  iteration?: number;
-  [key: string]: unknown;
-}
 
 /** Fields of an `emetrics` record that are not values of the line. */
 const EMETRICS_FIELDS = new Set([

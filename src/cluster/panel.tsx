@@ -10,7 +10,7 @@ import type { Message } from '@lumino/messaging';
 
 import { fetchCluster, type ClusterInfo } from '../api';
 import { DevicesSection } from '../sidebar/components';
-import { ClusterModel } from '../sidebar/model';
+import { ClusterModel } from './model';
 
 /** The DOM id of the cluster tab (also its restorer key). */
 export const CLUSTER_ID = 'jupyter-edt-cluster';

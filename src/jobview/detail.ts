@@ -5,17 +5,23 @@
  * room for: the allocation changes, logs with per-process tabs and follow,
  * the spec, the artifacts, and actions that each ask for confirmation first.
  */
-import { Dialog, InputDialog, showDialog } from '@jupyterlab/apputils';
+import { InputDialog } from '@jupyterlab/apputils';
 import { ServerConnection } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 import type { Message } from '@lumino/messaging';
 
-import { downloadUrl, listArtifacts, type IArtifact } from '../api';
+import {
+  downloadUrl,
+  listArtifacts,
+  type IArtifact,
+  restJobApi,
+  webSocketFactory,
+  type IJobInfo
+} from '../api';
 import { el } from '../dom';
 import { formatBytes } from '../format';
-import { ALL_LOGS, JobController } from '../widgets/controller';
-import { restJobApi, webSocketFactory, type IJobInfo } from '../widgets/jobapi';
-import { JobPanel } from '../widgets/jobpanel';
+import { ALL_LOGS, JobController } from '../job/controller';
+import { JobPanel, confirmCancelDialog } from '../job/panel';
 import { allocationChanges, clockTime, describeChange } from './timeline';
 
 /** Lines of log shown (and followed) in the tab. */
@@ -30,17 +36,7 @@ export interface IConfirm {
 
 /** JupyterLab dialogs: each change is typed and confirmed, or dropped. */
 export const dialogConfirm: IConfirm = {
-  async cancel(name) {
-    const result = await showDialog({
-      title: 'Cancel training job',
-      body: `Cancel ${name}? Its processes stop and its GPUs are freed; checkpoints stay.`,
-      buttons: [
-        Dialog.cancelButton({ label: 'Keep running' }),
-        Dialog.warnButton({ label: 'Cancel job' })
-      ]
-    });
-    return result.button.accept;
-  },
+  cancel: confirmCancelDialog,
   async priority(current) {
     const result = await InputDialog.getNumber({
       title: 'Change priority (-1000 to 1000; higher is served first)',

@@ -5,7 +5,7 @@ import { refreshIcon } from '@jupyterlab/ui-components';
 import type { Device } from '../api';
 import { StreamingChart } from '../charts/chart';
 import { clampPercent, describeCluster, formatMemory } from '../format';
-import type { IClusterState } from './model';
+import type { IClusterState } from '../cluster/model';
 
 /** Utilisation history columns for the chart: times and percentages. */
 export function historyColumns(device: Device): [number[], (number | null)[]] {

@@ -2,5 +2,4 @@ export * from './components';
 export * from './jobcomponents';
 export * from './jobsmodel';
 export * from './jobstate';
-export * from './model';
 export * from './widget';

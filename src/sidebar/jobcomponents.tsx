@@ -11,7 +11,7 @@ import {
   type IJobRow
 } from './jobstate';
 import type { IJobsState } from './jobsmodel';
-import { runtimeMode } from '../widgets/jobapi';
+import { runtimeMode } from '../api';
 
 /** A job's state as a coloured badge (colours in style/base.css). */
 export function StateBadge(props: { state: string }): JSX.Element {

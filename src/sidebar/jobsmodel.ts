@@ -8,13 +8,14 @@
 import { ISignal, Signal } from '@lumino/signaling';
 import type { IDisposable } from '@lumino/disposable';
 
-import { EventStream, type ConnectionStatus } from '../widgets/events';
 import {
+  EventStream,
+  type ConnectionStatus,
   TERMINAL_STATES,
   type IJobEvent,
   type IJobInfo,
   type SocketFactory
-} from '../widgets/jobapi';
+} from '../api';
 import {
   applyEvent,
   fromSnapshot,

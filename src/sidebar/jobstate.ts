@@ -3,15 +3,15 @@
  * GET /jobs, then each event of the events WebSocket applied in order. No DOM
  * and no I/O, so that replays, races and filters are tested on their own.
  */
-import type { IMetricRecord } from '../charts/series';
 import {
+  type IMetricRecord,
   plannedEpochs,
   TERMINAL_STATES,
   withRuntimeChange,
   type IJobEvent,
   type IJobInfo,
   type JobState
-} from '../widgets/jobapi';
+} from '../api';
 
 /** Where a job's training is, from its last metric records. */
 export interface IJobProgress {

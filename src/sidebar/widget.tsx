@@ -10,7 +10,7 @@ import { DevicesSection, PanelHeader } from './components';
 import { JobList } from './jobcomponents';
 import type { JobsModel } from './jobsmodel';
 import { DEFAULT_FILTER, visibleJobs, type IJobFilter } from './jobstate';
-import { ClusterModel } from './model';
+import { ClusterModel } from '../cluster/model';
 
 /** The DOM id of the sidebar widget (also its layout-restorer key). */
 export const SIDEBAR_ID = 'jupyter-edt-sidebar';

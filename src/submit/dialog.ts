@@ -8,8 +8,7 @@ import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import type { Contents } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
-import { submitJob, type IJobSubmission } from '../api';
-import type { IJobInfo } from '../widgets/jobapi';
+import { submitJob, type IJobSubmission, type IJobInfo } from '../api';
 import { checkForm, submission, type ISubmitForm } from './script';
 
 /** The dialog's body: three labelled inputs. */

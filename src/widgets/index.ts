@@ -1,6 +1,3 @@
 export * from './chartdata';
-export * from './controller';
-export * from './events';
-export * from './jobapi';
 export * from './plugin';
 export * from './version';

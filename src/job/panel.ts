@@ -11,7 +11,7 @@ import { LossChart } from '../charts/loss';
 import type { IProgress } from '../charts/series';
 import { el } from '../dom';
 import { ALL_LOGS, type JobController } from './controller';
-import { plannedEpochs, runtimeMode } from './jobapi';
+import { plannedEpochs, runtimeMode } from '../api';
 
 /** Options of a job panel. */
 export interface IJobPanelOptions {

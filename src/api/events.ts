@@ -1,9 +1,58 @@
 /**
- * One job's view of the events WebSocket: reconnects with exponential backoff
- * and resumes after the last event id seen, so nothing is lost or repeated
- * across a dropped connection or a server restart.
+ * The events WebSocket: its URL, the socket factory, and `EventStream`, a view
+ * of the feed (one job's, or every job's) that reconnects with exponential
+ * backoff and resumes after the last event id seen, so nothing is lost or
+ * repeated across a dropped connection or a server restart.
  */
-import type { IJobEvent, ISocketLike, SocketFactory } from './jobapi';
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import { API_NAMESPACE } from './client';
+import type { IJobEvent } from './types';
+
+/** The minimal WebSocket the event stream uses (a fake in tests). */
+export interface ISocketLike {
+  onopen: ((event: unknown) => void) | null;
+  onmessage: ((event: { data: unknown }) => void) | null;
+  onclose: ((event: unknown) => void) | null;
+  onerror: ((event: unknown) => void) | null;
+  close(): void;
+}
+
+/** Opens the events WebSocket after an event id, for one job. */
+export type SocketFactory = (after: number, jobId: string) => ISocketLike;
+
+/**
+ * The events WebSocket URL below the server's base URL: `after` resumes the
+ * feed; `job_id` names the job so a server that filters by it sends less (the
+ * client filters anyway); the token is appended when the settings say so, as
+ * JupyterLab does for kernel sockets.
+ */
+export function eventsUrl(
+  settings: ServerConnection.ISettings,
+  after: number,
+  jobId?: string
+): string {
+  const params: Record<string, string | number> = { after };
+  if (jobId) {
+    params.job_id = jobId;
+  }
+  if (settings.token && settings.appendToken) {
+    params.token = settings.token;
+  }
+  return (
+    URLExt.join(settings.wsUrl, API_NAMESPACE, 'events') +
+    URLExt.objectToQueryString(params)
+  );
+}
+
+/** Opens real WebSockets with the page's settings. */
+export function webSocketFactory(
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): SocketFactory {
+  return (after, jobId) =>
+    new settings.WebSocket(eventsUrl(settings, after, jobId)) as ISocketLike;
+}
 
 /** Where the connection stands. */
 export type ConnectionStatus =

@@ -10,15 +10,16 @@ import type { IDisposable } from '@lumino/disposable';
 
 import { DEFAULT_MAX_POINTS } from '../charts/downsample';
 import { AllocationSeries, LossSeries } from '../charts/series';
-import { EventStream, type ConnectionStatus } from './events';
 import {
+  EventStream,
+  type ConnectionStatus,
   TERMINAL_STATES,
   withRuntimeChange,
   type IJobApi,
   type IJobEvent,
   type IJobInfo,
   type SocketFactory
-} from './jobapi';
+} from '../api';
 
 /** The "log" choice that shows the tail of every non-empty log. */
 export const ALL_LOGS = '';

@@ -1,53 +1,23 @@
+/**
+ * The one REST client of the front end: every call of the jupyter-edt REST API
+ * (docs/openapi.yaml), below the server's base URL.
+ */
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import type { IJobInfo, JobState } from './widgets/jobapi';
+import type {
+  ClusterInfo,
+  IArtifact,
+  IEdtUser,
+  IJobInfo,
+  IJobSubmission,
+  ILogChunk,
+  IMetricsPage,
+  JobState
+} from './types';
 
 /** The URL namespace of the jupyter-edt REST API, below the server's base URL. */
 export const API_NAMESPACE = 'edt/api/v1';
-
-/** Where the device list comes from: real NVIDIA GPUs, or virtual (CPU) devices. */
-export type DeviceSource = 'nvml' | 'virtual';
-
-/** One device (GPU or virtual GPU) as GET /edt/api/v1/cluster reports it. */
-export interface Device {
-  /** Stable identifier, e.g. "gpu0". */
-  id: string;
-  /** Index of the device on its machine. */
-  index: number;
-  /** NVML UUID ("GPU-...") or "virtual-N". */
-  uuid: string;
-  /** Human name, e.g. "NVIDIA H200" or "Virtual GPU 0". */
-  name: string;
-  /** Total memory in bytes; null when unknown (virtual devices). */
-  memory_total: number | null;
-  /** Used memory in bytes; null when unknown. */
-  memory_used: number | null;
-  /** Utilisation in percent (0-100); null when unknown. */
-  utilization: number | null;
-  /** Whether the device is a virtual one (a CPU worker slot). */
-  virtual: boolean;
-  /** Whether a job holds the device now. */
-  held: boolean;
-  /** The holding job's id when it is the user's own; null otherwise. */
-  job_id: string | null;
-  /** Recent readings, oldest first (absent from older servers). */
-  history?: IDeviceReading[];
-}
-
-/** One past reading of a device. */
-export interface IDeviceReading {
-  /** Seconds since the epoch. */
-  time: number;
-  utilization: number | null;
-  memory_used: number | null;
-}
-
-/** The answer of GET /edt/api/v1/cluster. */
-export interface ClusterInfo {
-  source: DeviceSource;
-  devices: Device[];
-}
 
 /**
  * Call the jupyter-edt REST API.
@@ -89,14 +59,6 @@ export function fetchCluster(
   return requestAPI<ClusterInfo>('cluster', { method: 'GET' }, settings);
 }
 
-/** Who the caller is to the job service (GET /user). */
-export interface IEdtUser {
-  /** The name the caller's jobs are recorded under (a job's `user`). */
-  name: string;
-  /** Administrators see and change everyone's jobs. */
-  admin: boolean;
-}
-
 /** The caller's job-owner name and whether they are an administrator. */
 export function fetchUser(
   settings?: ServerConnection.ISettings
@@ -104,28 +66,8 @@ export function fetchUser(
   return requestAPI<IEdtUser>('user', { method: 'GET' }, settings);
 }
 
-/** What POST /jobs takes (JobSpec in docs/openapi.yaml). */
-export interface IJobSubmission {
-  name?: string;
-  code?: string;
-  script?: string;
-  entrypoint?: string;
-  args?: string[];
-  env?: Record<string, string>;
-  min_gpus?: number;
-  max_gpus: number;
-  priority?: number;
-}
-
-/** One file a job left in its result directory. */
-export interface IArtifact {
-  /** Relative to the result directory, '/'-separated. */
-  path: string;
-  size: number;
-  modified: number;
-}
-
-function jobPath(jobId: string, ...rest: string[]): string {
+/** A job's path below the API namespace, e.g. jobs/{id}/logs. */
+export function jobPath(jobId: string, ...rest: string[]): string {
   return ['jobs', encodeURIComponent(jobId), ...rest].join('/');
 }
 
@@ -185,13 +127,62 @@ export function downloadUrl(
   const url = URLExt.join(
     settings.baseUrl,
     API_NAMESPACE,
-    'jobs',
-    encodeURIComponent(jobId),
-    ...rest
+    jobPath(jobId, ...rest)
   );
   return settings.token && settings.appendToken
     ? url + URLExt.objectToQueryString({ token: settings.token })
     : url;
+}
+
+/** What the job controller needs from the server (a fake in tests). */
+export interface IJobApi {
+  getJob(jobId: string): Promise<IJobInfo>;
+  getMetrics(jobId: string, after: number): Promise<IMetricsPage>;
+  getLogNames(jobId: string): Promise<string[]>;
+  getLog(jobId: string, name: string, tail: number): Promise<ILogChunk>;
+  patchJob(
+    jobId: string,
+    change: { priority?: number; max_gpus?: number }
+  ): Promise<IJobInfo>;
+  cancelJob(jobId: string): Promise<IJobInfo>;
+}
+
+/** The REST calls, with the page's settings (or the given ones). */
+export function restJobApi(
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): IJobApi {
+  return {
+    getJob: jobId =>
+      requestAPI<IJobInfo>(jobPath(jobId), { method: 'GET' }, settings),
+    getMetrics: (jobId, after) =>
+      requestAPI<IMetricsPage>(
+        jobPath(jobId, 'metrics') + URLExt.objectToQueryString({ after }),
+        { method: 'GET' },
+        settings
+      ),
+    getLogNames: async jobId =>
+      (
+        await requestAPI<{ logs: string[] }>(
+          jobPath(jobId, 'logs'),
+          { method: 'GET' },
+          settings
+        )
+      ).logs,
+    getLog: (jobId, name, tail) =>
+      requestAPI<ILogChunk>(
+        jobPath(jobId, 'logs') + URLExt.objectToQueryString({ name, tail }),
+        { method: 'GET' },
+        settings
+      ),
+    patchJob: (jobId, change) =>
+      requestAPI<IJobInfo>(
+        jobPath(jobId),
+        { method: 'PATCH', body: JSON.stringify(change) },
+        settings
+      ),
+    cancelJob: jobId =>
+      requestAPI<IJobInfo>(jobPath(jobId), { method: 'DELETE' }, settings)
+  };
 }
 
 /** Decode a JSON body; keep a non-JSON body as its text. */

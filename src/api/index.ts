@@ -1,0 +1,4 @@
+export * from './client';
+export * from './events';
+export * from './job';
+export * from './types';

@@ -1,0 +1,180 @@
+/**
+ * The records of the jupyter-edt REST and WebSocket API (docs/openapi.yaml),
+ * as the sidebar, the job tab, the cluster view and the notebook widgets read them.
+ */
+
+/** A job's state (JobState). */
+export type JobState =
+  | 'QUEUED'
+  | 'STARTING'
+  | 'RUNNING'
+  | 'SUSPENDED'
+  | 'SUCCEEDED'
+  | 'FAILED'
+  | 'CANCELLED';
+
+/** States a job does not leave. */
+export const TERMINAL_STATES: ReadonlySet<string> = new Set([
+  'SUCCEEDED',
+  'FAILED',
+  'CANCELLED'
+]);
+
+/** A job as GET jobs/{id} describes it. */
+export interface IJobInfo {
+  id: string;
+  user: string;
+  name: string;
+  state: JobState;
+  reason: string;
+  spec: { env?: Record<string, string>; [key: string]: unknown };
+  min_gpus: number;
+  max_gpus: number;
+  priority: number;
+  devices: string[];
+  rescaled: number | null;
+  created: number;
+  updated: number;
+  finished: number | null;
+  /**
+   * The job's program announced the elastic runtime, so the scheduler resizes it
+   * in place. False: a rigid job (yet), kept on the GPUs it started with.
+   */
+  elastic: boolean;
+  /** Times it went back to the queue after its driver died. */
+  restarts: number;
+}
+
+/** Where the device list comes from: real NVIDIA GPUs, or virtual (CPU) devices. */
+export type DeviceSource = 'nvml' | 'virtual';
+
+/** One device (GPU or virtual GPU) as GET /edt/api/v1/cluster reports it. */
+export interface Device {
+  /** Stable identifier, e.g. "gpu0". */
+  id: string;
+  /** Index of the device on its machine. */
+  index: number;
+  /** NVML UUID ("GPU-...") or "virtual-N". */
+  uuid: string;
+  /** Human name, e.g. "NVIDIA H200" or "Virtual GPU 0". */
+  name: string;
+  /** Total memory in bytes; null when unknown (virtual devices). */
+  memory_total: number | null;
+  /** Used memory in bytes; null when unknown. */
+  memory_used: number | null;
+  /** Utilisation in percent (0-100); null when unknown. */
+  utilization: number | null;
+  /** Whether the device is a virtual one (a CPU worker slot). */
+  virtual: boolean;
+  /** Whether a job holds the device now. */
+  held: boolean;
+  /** The holding job's id when it is the user's own; null otherwise. */
+  job_id: string | null;
+  /** Recent readings, oldest first (absent from older servers). */
+  history?: IDeviceReading[];
+}
+
+/** One past reading of a device. */
+export interface IDeviceReading {
+  /** Seconds since the epoch. */
+  time: number;
+  utilization: number | null;
+  memory_used: number | null;
+}
+
+/** The answer of GET /edt/api/v1/cluster. */
+export interface ClusterInfo {
+  source: DeviceSource;
+  devices: Device[];
+}
+
+/** Who the caller is to the job service (GET /user). */
+export interface IEdtUser {
+  /** The name the caller's jobs are recorded under (a job's `user`). */
+  name: string;
+  /** Administrators see and change everyone's jobs. */
+  admin: boolean;
+}
+
+/** What POST /jobs takes (JobSpec in docs/openapi.yaml). */
+export interface IJobSubmission {
+  name?: string;
+  code?: string;
+  script?: string;
+  entrypoint?: string;
+  args?: string[];
+  env?: Record<string, string>;
+  min_gpus?: number;
+  max_gpus: number;
+  priority?: number;
+}
+
+/** One file a job left in its result directory. */
+export interface IArtifact {
+  /** Relative to the result directory, '/'-separated. */
+  path: string;
+  size: number;
+  modified: number;
+}
+
+/** One page of GET jobs/{id}/metrics. */
+export interface IMetricsPage {
+  metrics: IMetricRecord[];
+  cursor: number;
+}
+
+/** A chunk of one log (GET jobs/{id}/logs?name=...). */
+export interface ILogChunk {
+  name: string;
+  text: string;
+  offset: number;
+  next_offset: number;
+  size: number;
+}
+
+/** One message of the events WebSocket. */
+export interface IJobEvent {
+  id?: number;
+  kind:
+    | 'state'
+    | 'allocation'
+    | 'limits'
+    | 'elastic'
+    | 'metrics'
+    | 'keepalive'
+    | string;
+  job_id?: string;
+  time?: number;
+  user?: string;
+  state?: JobState;
+  reason?: string;
+  devices?: string[];
+  priority?: number;
+  max_gpus?: number;
+  elastic?: boolean;
+  restarts?: number;
+  records?: IMetricRecord[];
+}
+
+/**
+ * One metric record of a job (GET jobs/{id}/metrics, or a `metrics` event's
+ * `records`): rank 0's `step` records (global_step, epoch, step, loss, train
+ * metrics, world_size, samples_per_s, ...), `epoch` records (epoch, val_loss
+ * and val_<metric>), and `emetrics` records, one per line of a WMLA program's
+ * evaluation-metrics.txt (group `train` or `test`, iteration, rindex, subid
+ * and each of the line's values by name).
+ */
+export interface IMetricRecord {
+  type?: string;
+  id?: number;
+  time?: number;
+  epoch?: number;
+  step?: number;
+  global_step?: number;
+  loss?: number;
+  world_size?: number;
+  samples_per_s?: number | null;
+  group?: string;
+  iteration?: number;
+  [key: string]: unknown;
+}
