@@ -2,9 +2,12 @@
  * Everything the job widget knows about its job, fetched by the browser itself
  * (not through the kernel): the job (GET jobs/{id}), its metrics history
  * (GET jobs/{id}/metrics), then the live events WebSocket, and log tails on an
- * interval while the widget is visible and the job runs. No DOM: the view
- * renders `JobController`'s state and calls its actions.
+ * interval while the widget is visible and the job runs. Both periodic fetches
+ * (log tails, and retries of a job that could not be loaded) are Lumino
+ * `Poll`s that back off on errors and stand by while the page is hidden. No
+ * DOM: the view renders `JobController`'s state and calls its actions.
  */
+import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import type { IDisposable } from '@lumino/disposable';
 
@@ -24,6 +27,9 @@ import {
 /** The "log" choice that shows the tail of every non-empty log. */
 export const ALL_LOGS = '';
 
+/** The longest wait (ms) between two tries to load a job. */
+const MAX_RETRY_DELAY = 60_000;
+
 /** Options of a job controller. */
 export interface IJobControllerOptions {
   jobId: string;
@@ -35,7 +41,10 @@ export interface IJobControllerOptions {
   logInterval?: number;
   /** Cap on points per chart series (default 100k). */
   maxPoints?: number;
-  /** Retry delay (ms) after the job could not be loaded (default 2 s, doubling). */
+  /**
+   * Retry delay (ms) after the job could not be loaded (default 2 s, growing
+   * up to twofold at each failure, at most 60 s).
+   */
   retryDelay?: number;
   /** Options passed to the event stream (tests shorten delays). */
   stream?: { minDelay?: number; maxDelay?: number; silenceTimeout?: number };
@@ -64,8 +73,31 @@ export class JobController implements IDisposable {
     this._api = options.api;
     this._connect = options.connect;
     this._logTail = options.logTail ?? 30;
-    this._logInterval = options.logInterval ?? 3000;
-    this._retryDelay = options.retryDelay ?? 2000;
+    const logInterval = options.logInterval ?? 3000;
+    this._logPoll = new Poll({
+      auto: false,
+      factory: () => this._readLogs(),
+      frequency: {
+        interval: logInterval,
+        backoff: true,
+        max: 10 * logInterval
+      },
+      name: `jupyter-edt:logs:${this.jobId}`,
+      // A log tail is read only while the widget and the page are seen.
+      standby: () => !this._visible || 'when-hidden'
+    });
+    const retryDelay = options.retryDelay ?? 2000;
+    this._loadPoll = new Poll({
+      auto: false,
+      factory: () => this._load(),
+      frequency: {
+        interval: retryDelay,
+        backoff: 2,
+        max: Math.max(retryDelay, MAX_RETRY_DELAY)
+      },
+      name: `jupyter-edt:job:${this.jobId}`,
+      standby: 'when-hidden'
+    });
     this._streamOptions = options.stream ?? {};
     this._now = options.now ?? (() => Date.now() / 1000);
     const maxPoints = options.maxPoints ?? DEFAULT_MAX_POINTS;
@@ -131,7 +163,15 @@ export class JobController implements IDisposable {
       return;
     }
     this._started = true;
-    await this._load();
+    try {
+      await this._load();
+    } catch {
+      // Not loaded, and worth retrying: the poll retries, backing off.
+      void this._loadPoll.schedule({
+        interval: this._loadPoll.frequency.interval,
+        phase: 'rejected'
+      });
+    }
   }
 
   /** Whether the widget is visible: log refreshes run only while it is. */
@@ -152,8 +192,13 @@ export class JobController implements IDisposable {
     return this.refreshLogs();
   }
 
-  /** Fetch the log tail now. */
+  /** Fetch the log tail now (a failure is shown in its place). */
   async refreshLogs(): Promise<void> {
+    await this._readLogs().catch(() => undefined);
+  }
+
+  /** Fetch the log tail; rejects when it could not be read (the poll backs off). */
+  private async _readLogs(): Promise<void> {
     if (this._disposed || this._job === null) {
       return;
     }
@@ -188,6 +233,7 @@ export class JobController implements IDisposable {
         };
         this._emit();
       }
+      throw reason;
     }
   }
 
@@ -215,17 +261,17 @@ export class JobController implements IDisposable {
     this._disposed = true;
     this._stream?.stop();
     this._stream = null;
-    for (const timer of [this._logTimer, this._retryTimer]) {
-      if (timer !== null) {
-        clearTimeout(timer);
-      }
-    }
-    this._logTimer = this._retryTimer = null;
+    this._logPoll.dispose();
+    this._loadPoll.dispose();
     Signal.clearData(this);
   }
 
   // -- loading ----------------------------------------------------------------------------
 
+  /**
+   * Load the job, its metrics history, then follow its events and read its
+   * logs. Rejects when the job could not be loaded and a retry may help.
+   */
   private async _load(): Promise<void> {
     try {
       const job = await this._api.getJob(this.jobId);
@@ -240,8 +286,14 @@ export class JobController implements IDisposable {
       if (this._disposed) {
         return;
       }
+      this._loadPoll.dispose(); // loaded: nothing more to retry
       this._openStream();
-      this._scheduleLogs(0);
+      if (this.done) {
+        // A finished job's logs no longer change: read them once.
+        void this.refreshLogs();
+      } else {
+        void this._logPoll.start();
+      }
     } catch (reason) {
       if (this._disposed) {
         return;
@@ -254,12 +306,7 @@ export class JobController implements IDisposable {
           : `Could not load job ${this.jobId}: ${message(reason)}`;
       this._emit();
       if (status !== 404 && this._job === null) {
-        const delay = this._retryDelay;
-        this._retryDelay = Math.min(60_000, this._retryDelay * 2);
-        this._retryTimer = setTimeout(() => {
-          this._retryTimer = null;
-          void this._load();
-        }, delay);
+        throw reason;
       }
     }
   }
@@ -358,36 +405,13 @@ export class JobController implements IDisposable {
       this.allocation.add(time, 0);
     }
     this._stream?.stop();
+    // A finished job's logs no longer change: read them once more, then stop
+    // polling (they are read again when the widget is shown).
+    void this._logPoll.stop();
     void this._fetchMetrics()
       .catch(() => undefined)
       .then(() => this._emit());
     void this.refreshLogs();
-  }
-
-  // -- logs ---------------------------------------------------------------------------------
-
-  private _scheduleLogs(delay: number): void {
-    if (this._disposed || this._logTimer !== null) {
-      return;
-    }
-    this._logTimer = setTimeout(async () => {
-      this._logTimer = null;
-      if (this._disposed) {
-        return;
-      }
-      const visible =
-        this._visible &&
-        (typeof document === 'undefined' ||
-          document.visibilityState !== 'hidden');
-      if (visible) {
-        await this.refreshLogs();
-      }
-      // A finished job's logs no longer change: refreshLogs runs once more
-      // when it finishes, and when the widget is shown again.
-      if (!this.done) {
-        this._scheduleLogs(this._logInterval);
-      }
-    }, delay);
   }
 
   // -- actions ------------------------------------------------------------------------------
@@ -423,10 +447,8 @@ export class JobController implements IDisposable {
   private readonly _api: IJobApi;
   private readonly _connect: SocketFactory;
   private readonly _logTail: number;
-  private readonly _logInterval: number;
   private readonly _streamOptions: IJobControllerOptions['stream'] & object;
   private readonly _now: () => number;
-  private _retryDelay: number;
   private _job: IJobInfo | null = null;
   private _snapshotTime = 0;
   private _error: string | null = null;
@@ -434,8 +456,8 @@ export class JobController implements IDisposable {
   private _stream: EventStream | null = null;
   private _logs: ILogTail = { names: [], selected: ALL_LOGS, text: '' };
   private _logRequest = 0;
-  private _logTimer: ReturnType<typeof setTimeout> | null = null;
-  private _retryTimer: ReturnType<typeof setTimeout> | null = null;
+  private readonly _logPoll: Poll;
+  private readonly _loadPoll: Poll;
   private _visible = true;
   private _busy = false;
   private _started = false;

@@ -5,6 +5,7 @@
  * calls its actions; it fetches nothing itself.
  */
 import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Poll } from '@lumino/polling';
 
 import { AllocationTimeline } from '../charts/allocation';
 import { LossChart } from '../charts/loss';
@@ -180,12 +181,15 @@ export class JobPanel {
       this._visibility.observe(node);
     }
     // A running job's timeline reaches "now": extend it now and then.
-    this._clock = setInterval(() => {
-      if (!this.controller.done) {
-        this._scheduleRender();
-      }
-    }, 5000);
+    this._clock = new Poll({
+      auto: false,
+      factory: async () => this._scheduleRender(),
+      frequency: { interval: 5000, backoff: false, max: 5000 },
+      name: `jupyter-edt:timeline:${this.controller.jobId}`,
+      standby: () => this.controller.done || 'when-hidden'
+    });
     this.render();
+    void this._clock.start();
   }
 
   readonly node: HTMLDivElement;
@@ -297,7 +301,7 @@ export class JobPanel {
       return;
     }
     this._disposed = true;
-    clearInterval(this._clock);
+    this._clock.dispose();
     if (this._frame !== null && typeof cancelAnimationFrame === 'function') {
       cancelAnimationFrame(this._frame);
     }
@@ -406,7 +410,7 @@ export class JobPanel {
   private readonly _logSelect: HTMLSelectElement;
   private readonly _logText: HTMLPreElement;
   private readonly _visibility: IntersectionObserver | null = null;
-  private readonly _clock: ReturnType<typeof setInterval>;
+  private readonly _clock: Poll;
   private _frame: number | null = null;
   private _disposed = false;
 }

@@ -2,6 +2,7 @@ import * as React from 'react';
 
 import { ReactWidget } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
+import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { fetchCluster, type ClusterInfo } from '../api';
@@ -105,7 +106,7 @@ export class EdtSidebar extends ReactWidget {
     if (this.isDisposed) {
       return;
     }
-    this._stopClock();
+    this._clock.dispose();
     this.model.dispose();
     Signal.clearData(this);
     super.dispose();
@@ -114,7 +115,7 @@ export class EdtSidebar extends ReactWidget {
   protected onAfterAttach(msg: Message): void {
     super.onAfterAttach(msg);
     if (this.isVisible) {
-      this._startClock();
+      void this._clock.start();
       this._visibilityChanged.emit(true);
     }
   }
@@ -122,13 +123,13 @@ export class EdtSidebar extends ReactWidget {
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     void this.model.refresh();
-    this._startClock();
+    void this._clock.start();
     this._visibilityChanged.emit(true);
   }
 
   protected onAfterHide(msg: Message): void {
     super.onAfterHide(msg);
-    this._stopClock();
+    void this._clock.stop();
     this._visibilityChanged.emit(false);
   }
 
@@ -167,25 +168,18 @@ export class EdtSidebar extends ReactWidget {
     this.update();
   }
 
-  /** Elapsed times tick once a second, only while the panel is seen. */
-  private _startClock(): void {
-    if (this._clock === null) {
-      this._clock = setInterval(() => this.update(), 1000);
-    }
-  }
-
-  private _stopClock(): void {
-    if (this._clock !== null) {
-      clearInterval(this._clock);
-      this._clock = null;
-    }
-  }
-
   private _filter: IJobFilter;
   private _user: string | null = null;
   private readonly _openJob: ((jobId: string) => void) | null;
   private readonly _openCluster: (() => void) | null;
-  private _clock: ReturnType<typeof setInterval> | null = null;
+  /** Elapsed times tick once a second, only while the panel is seen. */
+  private readonly _clock = new Poll({
+    auto: false,
+    factory: async () => this.update(),
+    frequency: { interval: 1000, backoff: false, max: 1000 },
+    name: 'jupyter-edt:sidebar-clock',
+    standby: 'when-hidden'
+  });
   private readonly _filterChanged = new Signal<this, IJobFilter>(this);
   private readonly _visibilityChanged = new Signal<this, boolean>(this);
 }
