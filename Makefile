@@ -82,6 +82,7 @@ ui-tests/node_modules/.install-stamp: ui-tests/package.json ui-tests/package-loc
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 	npm run lint:check
 
 check-extension: install

@@ -6,6 +6,7 @@ import asyncio
 import getpass
 import os
 import time
+from pathlib import Path
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider, User
@@ -15,6 +16,7 @@ from traitlets import Bool, Enum, Float, Int, List, Unicode, default, observe, v
 from . import __version__
 from .api import default_handlers, not_found_handlers
 from .api.wmla import wmla_handlers
+from .compat.plugin import WMLAPlugin
 from .jobs.runner import DriverRunner
 from .jobs.service import JobService
 from .jobs.store import JobStore
@@ -220,7 +222,12 @@ class EDTApp(ExtensionApp):
         self.job_service = JobService(
             store,
             self.monitor,
-            DriverRunner(LocalLauncher(), self.jobs_dir, driver_module=self.driver_module),
+            DriverRunner(
+                LocalLauncher(),
+                self.jobs_dir,
+                driver_module=self.driver_module,
+                plugins=[WMLAPlugin(Path(self.jobs_dir) / ".fabric")],  # WMLA programs run as-is
+            ),
             policy=self.policy,
             min_rescale_interval=self.min_rescale_interval,
             admin_users=self.admin_users,

@@ -579,12 +579,13 @@ def test_an_lr_scheduler_stepped_per_step_moves_to_the_joiner_of_a_grow(schedule
 
 
 def test_the_server_reads_emetrics_files_into_metric_records(tmp_path):
+    from jupyter_edt.compat.plugin import WMLAPlugin
     from jupyter_edt.jobs.metrics import JobMetricsTail
     from jupyter_edt.runtime.jobdir import JobDir
 
     d = JobDir(tmp_path / "job")
     d.create()
-    tail = JobMetricsTail(d.root, d.logs)
+    tail = JobMetricsTail(d.root, d.logs, [WMLAPlugin(tmp_path / "fabric")])
     wmla_file = d.result / "log" / "w0" / "evaluation-metrics.txt"  # an exec's process
     wmla_file.parent.mkdir(parents=True)
     native_file = d.logs / "evaluation-metrics.txt"  # a native job's shared LOG_DIR

@@ -1,8 +1,8 @@
 """The WMLA execs surface as a facade over ``JobService`` (the handlers in ``api/wmla.py``
 only shape HTTP around it).
 
-An exec is a job submitted with a ``<name>.modelDir.tar`` and an ``args`` string; its env
-carries ``compat.wmla``'s markers, so only execs appear here. States map from ours:
+An exec is a job submitted with a ``<name>.modelDir.tar`` and an ``args`` string; its spec's
+``kind`` says so (``compat.wmla``), so only execs appear here. States map from ours:
 
   QUEUED, SUSPENDED -> PENDING_CRD_SCHEDULER   STARTING -> SUBMITTED   RUNNING -> RUNNING
   SUCCEEDED -> FINISHED   FAILED -> FAILED (ERROR when it could not start)
@@ -11,6 +11,7 @@ carries ``compat.wmla``'s markers, so only execs appear here. States map from ou
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -21,7 +22,7 @@ from ..jobs.service import JobService
 from ..jobs.store import UnknownJob
 from .execargs import parse_exec_args
 from .formats import ELOG_PATTERNS
-from .wmla import WMLA_ARGS, WMLA_MODEL_DIR, exec_state
+from .wmla import EXEC_KIND, exec_annotations, exec_info, exec_state
 
 __all__ = ["LOG_TYPES", "Execs", "app_name"]
 
@@ -51,7 +52,7 @@ class Execs:
     # views ---------------------------------------------------------------------------------
 
     def view(self, job: dict[str, Any]) -> dict[str, Any]:
-        env = job["spec"]["env"]
+        info = exec_info(job["spec"])
         return {
             "id": job["id"],
             "submissionId": job["id"],
@@ -64,14 +65,14 @@ class Execs:
             "framework": "edtPyTorch",
             "createTime": _iso(job["created"]),
             "endTime": _iso(job.get("finished")),
-            "args": env.get(WMLA_ARGS, ""),
+            "args": info.args if info is not None else "",
             "user": job["user"],
             "message": job.get("reason") or "",
         }
 
     def _job(self, user: str, exec_id: str) -> dict[str, Any]:
         job = self.service.get(user, exec_id)
-        if WMLA_MODEL_DIR not in job["spec"]["env"]:
+        if exec_info(job["spec"]) is None:
             raise UnknownJob(exec_id)  # a native job: not an exec
         return job
 
@@ -79,7 +80,7 @@ class Execs:
         return self.view(self._job(user, exec_id))
 
     def list(self, user: str) -> list[dict[str, Any]]:
-        return [self.view(j) for j in self.service.list(user) if WMLA_MODEL_DIR in j["spec"]["env"]]
+        return [self.view(j) for j in self.service.list(user) if exec_info(j["spec"]) is not None]
 
     # commands ------------------------------------------------------------------------------
 
@@ -89,9 +90,7 @@ class Execs:
         """Check the args, unpack the archive, and submit its model folder as a job."""
         parsed = parse_exec_args(args)
         name = app_name(filename)
-        env = {WMLA_ARGS: args or "", WMLA_MODEL_DIR: parsed.model_dir or name}
-        if parsed.data_path is not None:
-            env["EDT_DATA_DIR"] = parsed.data_path
+        env = {} if parsed.data_path is None else {"EDT_DATA_DIR": parsed.data_path}
         spec = JobSpec.from_dict(
             {
                 "name": name,
@@ -103,6 +102,8 @@ class Execs:
             },
             archive=filename,
         )
+        notes = exec_annotations(parsed.model_dir or name, args or "")
+        spec = dataclasses.replace(spec, kind=EXEC_KIND, annotations=notes)
         try:
             job = await self.service.submit_archive(
                 user, spec, archive, max_bytes=max_bytes, subdir=parsed.model_dir

@@ -1,15 +1,52 @@
-"""Names shared by the execs facade, the runner and the worker for WMLA submissions."""
+"""What marks a job as a WMLA exec, and the per-process rules its programs expect.
+
+An exec is a job whose spec has ``kind`` ``EXEC_KIND``, with its ``--model-dir`` and ``args``
+string in the spec's ``annotations``. Execs submitted before that field existed carry them as
+environment markers (``LEGACY_MODEL_DIR``, ``LEGACY_ARGS``); both are read.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-# Set in the env of a job submitted through the execs API: marks it as a WMLA exec.
-WMLA_MODEL_DIR = "EDT_WMLA_MODEL_DIR"  # the --model-dir (or the app name): _submitted_code/<it>
-WMLA_ARGS = "EDT_WMLA_ARGS"  # the args string, as submitted
+EXEC_KIND = "wmla-exec"
+LEGACY_MODEL_DIR = "EDT_WMLA_MODEL_DIR"
+LEGACY_ARGS = "EDT_WMLA_ARGS"
 
-__all__ = ["WMLA_ARGS", "WMLA_MODEL_DIR", "exec_state", "process_log_dir", "submitted_code_dir"]
+__all__ = [
+    "EXEC_KIND",
+    "ExecInfo",
+    "exec_annotations",
+    "exec_info",
+    "exec_state",
+    "process_log_dir",
+    "submitted_code_dir",
+    "use_process_log_dir",
+]
+
+
+class ExecInfo(NamedTuple):
+    model_dir: str  # the --model-dir (or the app name): RESULT_DIR/_submitted_code/<it>
+    args: str  # the args string, as submitted
+
+
+def exec_annotations(model_dir: str, args: str) -> dict[str, str]:
+    """A spec's ``annotations`` for an exec (``kind`` ``EXEC_KIND``)."""
+    return {"model_dir": model_dir, "args": args}
+
+
+def exec_info(spec: Mapping[str, Any]) -> ExecInfo | None:
+    """The exec's model dir and args; None for a job that is no exec."""
+    if spec.get("kind") == EXEC_KIND:
+        notes = spec.get("annotations") or {}
+        return ExecInfo(notes["model_dir"], notes.get("args", ""))
+    env = spec.get("env") or {}
+    if LEGACY_MODEL_DIR in env:
+        return ExecInfo(env[LEGACY_MODEL_DIR], env.get(LEGACY_ARGS, ""))
+    return None
 
 
 def submitted_code_dir(result_dir: Path, model_dir: str) -> Path:
@@ -20,6 +57,17 @@ def submitted_code_dir(result_dir: Path, model_dir: str) -> Path:
 def process_log_dir(result_dir: Path, process: str) -> Path:
     """A WMLA process's LOG_DIR: RESULT_DIR/log/<process> (stdout, evaluation-metrics.txt)."""
     return result_dir / "log" / process
+
+
+def use_process_log_dir() -> None:
+    """Run in each worker of an exec before its program (the core's worker setup hook): its
+    own LOG_DIR, where the program's elog and emetrics helpers write."""
+    result, worker = os.environ.get("RESULT_DIR"), os.environ.get("EDT_WORKER_ID")
+    if not result or not worker:
+        return
+    log_dir = process_log_dir(Path(result), worker)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["LOG_DIR"] = str(log_dir)
 
 
 def exec_state(job: dict[str, Any]) -> str:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..compat.formats import EMETRICS_PATTERNS, emetrics_records
+from .plugins import JobPlugin
 
 # Events that carry training metrics and progress. Every worker computes the same values (the
 # reduction is global), so rank 0's copy is the job's.
@@ -63,12 +64,15 @@ class EventTail:
 
 
 class JobMetricsTail:
-    """A job's new metric records: rank 0's runtime events, then the lines of any WMLA
-    emetrics file its processes write (``compat.formats``)."""
+    """A job's new metric records: rank 0's runtime events, then what each plugin reads from
+    the metric files its programs write (WMLA's emetrics, say)."""
 
-    def __init__(self, job_root: Path, log_dir: Path) -> None:
+    def __init__(self, job_root: Path, log_dir: Path, plugins: Sequence[JobPlugin] = ()) -> None:
         self.events = EventTail(log_dir)
-        self.emetrics = EventTail(job_root, EMETRICS_PATTERNS)
+        self.plugins = [(p, EventTail(job_root, tuple(p.metric_files))) for p in plugins]
 
     def read_new(self) -> list[dict[str, Any]]:
-        return metric_records(self.events.read_new()) + emetrics_records(self.emetrics.read_new())
+        records = metric_records(self.events.read_new())
+        for plugin, tail in self.plugins:
+            records += plugin.metric_records(tail.read_new())
+        return records

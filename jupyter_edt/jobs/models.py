@@ -69,6 +69,9 @@ RESERVED_ENV = frozenset(
 )
 
 
+# Set by the surface that submits a job (`JobSpec.kind`), never by the user's spec.
+SUBMITTER_FIELDS = frozenset({"kind", "annotations"})
+
 ARCHIVE_HINT = (
     "upload the archive as the 'file' part of a multipart/form-data request, with this spec "
     "as its 'spec' part"
@@ -78,7 +81,10 @@ ARCHIVE_HINT = (
 @dataclass(frozen=True)
 class JobSpec:
     """What to run and on how many GPUs. Exactly one of `code`, `script` and `archive` is
-    given; `archive` is the name of an uploaded archive whose unpacked tree is the code."""
+    given; `archive` is the name of an uploaded archive whose unpacked tree is the code.
+
+    `kind` says which surface submitted the job ("job": the native API; an add-on's facade
+    names its own, with what it needs later in `annotations`). Users cannot set either."""
 
     max_gpus: int
     name: str = ""
@@ -90,11 +96,14 @@ class JobSpec:
     min_gpus: int = 1
     priority: int = 0
     archive: str | None = None
+    kind: str = "job"
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["args"] = list(self.args)
         data["env"] = dict(self.env)
+        data["annotations"] = dict(self.annotations)
         return data
 
     @classmethod
@@ -106,7 +115,7 @@ class JobSpec:
         """
         if not isinstance(data, Mapping):
             raise SpecError("body", "must be a JSON object")
-        known = set(cls.__dataclass_fields__)
+        known = set(cls.__dataclass_fields__) - SUBMITTER_FIELDS
         for key in data:
             if key == "archive":
                 raise SpecError("archive", ARCHIVE_HINT)

@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..compat.fabric_home import ensure_fabric_home
-from ..compat.wmla import WMLA_MODEL_DIR, submitted_code_dir
 from ..launch.base import Launcher, ProcessHandle, ProcessSpec
 from ..launch.local import UNKNOWN_EXIT, log_paths
 from ..runtime.jobdir import JobDir, write_json_atomic
 from ..scheduling.inventory import Device
 from .metrics import JobMetricsTail
+from .plugins import JobPlugin
 
 if TYPE_CHECKING:
     from .service import JobService
@@ -43,8 +41,10 @@ class DriverRunner:
         poll_interval: float = 0.2,
         stop_grace: float = 10.0,
         suspend_grace: float = 150.0,
+        plugins: Sequence[JobPlugin] = (),
     ) -> None:
         self.launcher = launcher
+        self.plugins = tuple(plugins)
         self.jobs_dir = Path(jobs_dir)
         self.python = python
         self.driver_module = driver_module
@@ -134,7 +134,7 @@ class DriverRunner:
     def _follow(self, job_id: str, handle: ProcessHandle) -> None:
         self._drivers[job_id] = handle
         d = self.job_dir(job_id)
-        self._tails[job_id] = JobMetricsTail(d.root, d.logs)
+        self._tails[job_id] = JobMetricsTail(d.root, d.logs, self.plugins)
         if self._collector is None:
             self._collector = asyncio.create_task(self._collect())
         self._watchers[job_id] = asyncio.create_task(self._watch(job_id, handle))
@@ -182,15 +182,11 @@ class DriverRunner:
 
     # helpers ------------------------------------------------------------------------------
 
-    def fabric_home(self) -> Path:
-        """FABRIC_HOME: its libs/fabric.zip lets WMLA programs import FabricModel."""
-        return self.jobs_dir / ".fabric"
-
     def contract(self, job: dict[str, Any]) -> dict[str, str]:
-        """The environment every process of the job gets (the WMLA names included; a WMLA
-        job's workers then get their own LOG_DIR, see ``runtime.worker``)."""
+        """The environment every process of the job gets: the core's names, then what each
+        plugin adds (WMLA's names, say)."""
         d = self.job_dir(job["id"])
-        return {
+        env = {
             "EDT_JOB_ID": job["id"],
             "EDT_JOB_DIR": str(d.root),
             "EDT_MAX_GPUS": str(job["max_gpus"]),
@@ -198,22 +194,16 @@ class DriverRunner:
             "LOG_DIR": str(d.logs),
             # where the program reads its data: the submitter's EDT_DATA_DIR, else its code
             "DATA_DIR": job["spec"]["env"].get("EDT_DATA_DIR", str(d.code)),
-            "SAVED_MODEL_DIR": str(d.result / "model"),
-            "RESUME_WEIGHT_PATH": str(d.checkpoints),
-            "FABRIC_HOME": str(self.fabric_home()),
-            "DLI_EXECID": job["id"],
-            "DLI_IS_ELASTIC": "true",
-            "DLI_WORK_DIR": str(d.code),
         }
+        for plugin in self.plugins:
+            env.update(plugin.environment(job, d))
+        return env
 
     def _prepare(self, d: JobDir, job: dict[str, Any]) -> None:
         d.create()
-        ensure_fabric_home(self.fabric_home())
+        for plugin in self.plugins:
+            plugin.prepare(job, d)
         spec = job["spec"]
-        if WMLA_MODEL_DIR in spec["env"]:  # an execs submission keeps a copy of its code
-            copy = submitted_code_dir(d.result, spec["env"][WMLA_MODEL_DIR])
-            if not copy.exists():
-                shutil.copytree(d.code, copy, symlinks=True)
         entry = d.code / spec["entrypoint"]
         if spec["code"] is not None:
             entry.write_text(spec["code"])

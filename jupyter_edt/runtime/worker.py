@@ -3,14 +3,20 @@
 Runs the user's program as ``__main__`` in a process that the controller configured through
 ``EDT_*`` environment variables; the program's ``Trainer.fit`` then joins the elastic group.
 ``EDT_NUM_THREADS`` (default 1) sets torch's intra-op threads, so that several CPU workers do not
-oversubscribe the cores and results do not depend on the thread count.
+oversubscribe the cores and results do not depend on the thread count. ``EDT_WORKER_SETUP``
+(``module:function``, set by a job plugin, see ``jobs.plugins``) is called before the program:
+an add-on's per-process rule (WMLA's own LOG_DIR per process) without the runtime knowing it.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import runpy
 import sys
+
+#: ``module:function`` that each worker calls before the program (set by a job plugin)
+WORKER_SETUP_ENV = "EDT_WORKER_SETUP"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,22 +27,21 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(int(os.environ.get("EDT_NUM_THREADS", "1")))
-    wmla_log_dir()
+    run_setup(os.environ.get(WORKER_SETUP_ENV))
     sys.argv = list(args)
     sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
     runpy.run_path(args[0], run_name="__main__")
     return 0
 
 
-def wmla_log_dir() -> None:
-    """A WMLA exec's processes each have their own LOG_DIR, RESULT_DIR/log/<worker>, where
-    its elog and emetrics helpers write (``compat.wmla.process_log_dir``)."""
-    result, worker = os.environ.get("RESULT_DIR"), os.environ.get("EDT_WORKER_ID")
-    if os.environ.get("EDT_WMLA_MODEL_DIR") is None or not result or not worker:
+def run_setup(target: str | None) -> None:
+    """Call ``module:function`` (no arguments), if one is named."""
+    if not target:
         return
-    log_dir = os.path.join(result, "log", worker)
-    os.makedirs(log_dir, exist_ok=True)
-    os.environ["LOG_DIR"] = log_dir
+    module, _, name = target.partition(":")
+    if not module or not name:
+        raise ValueError(f"{WORKER_SETUP_ENV} must name module:function, got {target!r}")
+    getattr(importlib.import_module(module), name)()
 
 
 if __name__ == "__main__":
