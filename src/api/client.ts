@@ -185,6 +185,11 @@ export function restJobApi(
   };
 }
 
+/** The message of a failed call's reason (an Error's message, or its text). */
+export function reasonMessage(reason: unknown): string {
+  return reason instanceof Error ? reason.message : String(reason);
+}
+
 /** Decode a JSON body; keep a non-JSON body as its text. */
 function parseBody(text: string): unknown {
   if (text.length === 0) {

@@ -2,7 +2,7 @@ import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import type { IDisposable } from '@lumino/disposable';
 
-import type { ClusterInfo } from '../api';
+import { reasonMessage, type ClusterInfo } from '../api';
 
 /** What the sidebar shows about the cluster at one moment. */
 export interface IClusterState {
@@ -93,7 +93,7 @@ export class ClusterModel implements IDisposable {
       const cluster = await this._fetchCluster();
       this._setState({ cluster, error: null, loading: false });
     } catch (reason) {
-      const error = reason instanceof Error ? reason.message : String(reason);
+      const error = reasonMessage(reason);
       this._setState({ ...this._state, error, loading: false });
       // Rethrow so that the poll backs off while the server keeps failing.
       throw reason;

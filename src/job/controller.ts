@@ -21,7 +21,8 @@ import {
   type IJobApi,
   type IJobEvent,
   type IJobInfo,
-  type SocketFactory
+  type SocketFactory,
+  reasonMessage
 } from '../api';
 
 /** The "log" choice that shows the tail of every non-empty log. */
@@ -60,10 +61,6 @@ export interface ILogTail {
   selected: string;
   /** The tail text (with `==> name <==` headers for ALL_LOGS). */
   text: string;
-}
-
-function message(reason: unknown): string {
-  return reason instanceof Error ? reason.message : String(reason);
 }
 
 /** One job's live state for a widget. */
@@ -229,7 +226,7 @@ export class JobController implements IDisposable {
       if (!this._disposed) {
         this._logs = {
           ...this._logs,
-          text: `(the logs could not be read: ${message(reason)})`
+          text: `(the logs could not be read: ${reasonMessage(reason)})`
         };
         this._emit();
       }
@@ -303,7 +300,7 @@ export class JobController implements IDisposable {
       this._error =
         status === 404
           ? `Job ${this.jobId} was not found (deleted, or another user's).`
-          : `Could not load job ${this.jobId}: ${message(reason)}`;
+          : `Could not load job ${this.jobId}: ${reasonMessage(reason)}`;
       this._emit();
       if (status !== 404 && this._job === null) {
         throw reason;
@@ -431,7 +428,7 @@ export class JobController implements IDisposable {
       // A cancelled job's closing events still come through the feed, which
       // then closes (see _onEvent).
     } catch (reason) {
-      this._error = message(reason);
+      this._error = reasonMessage(reason);
     } finally {
       this._busy = false;
       this._emit();

@@ -16,6 +16,7 @@ import {
   type IArtifact,
   restJobApi,
   webSocketFactory,
+  reasonMessage,
   type IJobInfo
 } from '../api';
 import { el } from '../dom';
@@ -213,9 +214,7 @@ export class JobDetail extends Widget {
         el(
           'li',
           'jp-edt-error',
-          `The artifacts could not be listed: ${
-            reason instanceof Error ? reason.message : String(reason)
-          }`
+          `The artifacts could not be listed: ${reasonMessage(reason)}`
         )
       );
     }

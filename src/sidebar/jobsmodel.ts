@@ -14,7 +14,8 @@ import {
   TERMINAL_STATES,
   type IJobEvent,
   type IJobInfo,
-  type SocketFactory
+  type SocketFactory,
+  reasonMessage
 } from '../api';
 import {
   applyEvent,
@@ -40,10 +41,6 @@ export interface IJobsState {
   readonly loading: boolean;
   readonly error: string | null;
   readonly connection: ConnectionStatus;
-}
-
-function message(reason: unknown): string {
-  return reason instanceof Error ? reason.message : String(reason);
 }
 
 /** Everyone's jobs the user may see, kept live while active. */
@@ -111,7 +108,7 @@ export class JobsModel implements IDisposable {
       this._jobs = fromSnapshot(jobs, this._jobs);
       this._error = null;
     } catch (reason) {
-      this._error = `Could not list the jobs: ${message(reason)}`;
+      this._error = `Could not list the jobs: ${reasonMessage(reason)}`;
     } finally {
       this._loading = false;
       this._emit();

@@ -8,7 +8,12 @@ import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import type { Contents } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
-import { submitJob, type IJobSubmission, type IJobInfo } from '../api';
+import {
+  reasonMessage,
+  submitJob,
+  type IJobSubmission,
+  type IJobInfo
+} from '../api';
 import { checkForm, submission, type ISubmitForm } from './script';
 
 /** The dialog's body: three labelled inputs. */
@@ -104,7 +109,7 @@ export async function submitFile(
     } catch (reason) {
       await showErrorMessage(
         'The job was not submitted',
-        reason instanceof Error ? reason.message : String(reason)
+        reasonMessage(reason)
       );
       return null;
     }
