@@ -12,7 +12,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import type { IDisposable } from '@lumino/disposable';
 
 import { DEFAULT_SETTINGS, watchSettings } from './settings';
-import type { IJobFinished } from './sidebar/jobstate';
+import type { IJobFinished } from './jobs/state';
 import { IEdtJobs } from './tokens';
 
 /** A notification to show: its kind and message. */

@@ -6,7 +6,7 @@ import { Token } from '@lumino/coreutils';
 import type { IDisposable } from '@lumino/disposable';
 
 import type { IEdtUser, IJobInfo, IJobSubmission } from './api';
-import type { JobsModel } from './sidebar/jobsmodel';
+import type { JobsModel } from './jobs/model';
 
 /** Command ids of the extension. */
 export namespace CommandIDs {

@@ -1,7 +1,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { JobDetail, type IConfirm } from '../jobview/detail';
-import { JobController } from '../job/controller';
+import { JobController } from '../jobpanel/controller';
 import type { IJobApi, IJobInfo, ISocketLike } from '../api';
 
 const JOB: IJobInfo = {

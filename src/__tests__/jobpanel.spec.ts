@@ -1,5 +1,5 @@
-import { JobController } from '../job/controller';
-import { JobPanel, describeProgress } from '../job/panel';
+import { JobController } from '../jobpanel/controller';
+import { JobPanel, describeProgress } from '../jobpanel/panel';
 import type { IJobApi, IJobInfo, ISocketLike } from '../api';
 import { EMETRICS } from './fixtures/emetrics';
 

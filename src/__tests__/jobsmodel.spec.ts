@@ -1,5 +1,5 @@
-import { JobsModel } from '../sidebar/jobsmodel';
-import type { IJobFinished } from '../sidebar/jobstate';
+import { JobsModel } from '../jobs/model';
+import type { IJobFinished } from '../jobs/state';
 import type { IJobEvent, IJobInfo, ISocketLike } from '../api';
 
 /** A socket the test opens, feeds and drops by hand. */

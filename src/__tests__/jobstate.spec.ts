@@ -10,7 +10,7 @@ import {
   upsertJob,
   visibleJobs,
   type JobMap
-} from '../sidebar/jobstate';
+} from '../jobs/state';
 import type { IJobInfo } from '../api';
 
 function job(id: string, change: Partial<IJobInfo> = {}): IJobInfo {

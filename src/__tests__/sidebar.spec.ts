@@ -2,13 +2,8 @@ import { Widget } from '@lumino/widgets';
 
 import type { ClusterInfo, IJobInfo, ISocketLike } from '../api';
 import { ClusterModel, heldSummary } from '../cluster';
-import {
-  EdtSidebar,
-  hasReadings,
-  historyColumns,
-  JobsModel,
-  type IJobFilter
-} from '../sidebar';
+import { JobsModel, type IJobFilter } from '../jobs';
+import { EdtSidebar, hasReadings, historyColumns } from '../sidebar';
 
 function job(id: string, change: Partial<IJobInfo> = {}): IJobInfo {
   return {

@@ -5,7 +5,7 @@ import * as path from 'path';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { ChartData, toFloat64 } from '../widgets/chartdata';
-import { ALL_LOGS, JobController } from '../job/controller';
+import { ALL_LOGS, JobController } from '../jobpanel/controller';
 import {
   EventStream,
   eventsUrl,

@@ -21,8 +21,8 @@ import {
 } from '../api';
 import { el } from '../dom';
 import { formatBytes } from '../format';
-import { ALL_LOGS, JobController } from '../job/controller';
-import { JobPanel, confirmCancelDialog } from '../job/panel';
+import { ALL_LOGS, JobController } from '../jobpanel/controller';
+import { JobPanel, confirmCancelDialog } from '../jobpanel/panel';
 import { allocationChanges, clockTime, describeChange } from './timeline';
 
 /** Lines of log shown (and followed) in the tab. */

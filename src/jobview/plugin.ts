@@ -22,7 +22,7 @@ import {
 import { edtIcon } from '../icons';
 import { addMainTab } from '../shell';
 import { DEFAULT_SETTINGS, watchSettings } from '../settings';
-import { JobsModel } from '../sidebar/jobsmodel';
+import { JobsModel } from '../jobs/model';
 import { CommandIDs, IEdtJobs } from '../tokens';
 import { JobDetail } from './detail';
 

@@ -9,8 +9,8 @@ import {
   progressOf,
   type IJobFilter,
   type IJobRow
-} from './jobstate';
-import type { IJobsState } from './jobsmodel';
+} from '../jobs/state';
+import type { IJobsState } from '../jobs/model';
 import { runtimeMode } from '../api';
 
 /** A job's state as a coloured badge (colours in style/base.css). */

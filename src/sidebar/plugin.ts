@@ -16,7 +16,7 @@ import type { IDisposable } from '@lumino/disposable';
 import { edtIcon } from '../icons';
 import { DEFAULT_SETTINGS, PLUGIN_ID, watchSettings } from '../settings';
 import { CommandIDs, IEdtJobs } from '../tokens';
-import { parseFilter } from './jobstate';
+import { parseFilter } from '../jobs/state';
 import { EdtSidebar } from './widget';
 
 /** Rank of the sidebar in the left area (after the file browser and friends). */

@@ -9,8 +9,8 @@ import { fetchCluster, type ClusterInfo } from '../api';
 import { edtIcon } from '../icons';
 import { DevicesSection, PanelHeader } from './components';
 import { JobList } from './jobcomponents';
-import type { JobsModel } from './jobsmodel';
-import { DEFAULT_FILTER, visibleJobs, type IJobFilter } from './jobstate';
+import type { JobsModel } from '../jobs/model';
+import { DEFAULT_FILTER, visibleJobs, type IJobFilter } from '../jobs/state';
 import { ClusterModel } from '../cluster/model';
 
 /** The DOM id of the sidebar widget (also its layout-restorer key). */

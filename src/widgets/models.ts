@@ -13,9 +13,9 @@ import { ServerConnection } from '@jupyterlab/services';
 import { LossChart } from '../charts/loss';
 import { DEFAULT_MAX_POINTS } from '../charts/downsample';
 import { ChartData, REQUEST_DATA } from './chartdata';
-import { JobController } from '../job/controller';
+import { JobController } from '../jobpanel/controller';
 import { restJobApi, webSocketFactory } from '../api';
-import { JobPanel } from '../job/panel';
+import { JobPanel } from '../jobpanel/panel';
 import { MODULE_NAME, MODULE_VERSION } from './version';
 
 const MODULE = {

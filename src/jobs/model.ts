@@ -1,8 +1,9 @@
 /**
  * The live job list: a snapshot from GET /jobs, then the events WebSocket
- * applied to it (jobstate.ts). The connection exists only while the model is
- * active (the sidebar shown, or notifications wanted, and the browser tab
- * visible); reactivating resumes after the last event id, so nothing is lost
+ * applied to it (state.ts). It is the list behind IEdtJobs, which the sidebar,
+ * the cluster view and the notifications share. The connection exists only
+ * while the model is active (the sidebar shown, or notifications wanted, and
+ * the browser tab visible); reactivating resumes after the last event id, so nothing is lost
  * or repeated in between.
  */
 import { ISignal, Signal } from '@lumino/signaling';
@@ -23,7 +24,7 @@ import {
   upsertJob,
   type IJobFinished,
   type JobMap
-} from './jobstate';
+} from './state';
 
 /** What the model needs from the server (the REST client, or a fake in tests). */
 export interface IJobsModelOptions {
