@@ -1,9 +1,14 @@
 import { Widget } from '@lumino/widgets';
 
 import type { ClusterInfo, IJobInfo, ISocketLike } from '../api';
-import { ClusterModel, heldSummary } from '../cluster';
+import {
+  ClusterModel,
+  hasReadings,
+  heldSummary,
+  historyColumns
+} from '../cluster';
 import { JobsModel, type IJobFilter } from '../jobs';
-import { EdtSidebar, hasReadings, historyColumns } from '../sidebar';
+import { EdtSidebar } from '../sidebar';
 
 function job(id: string, change: Partial<IJobInfo> = {}): IJobInfo {
   return {

@@ -1,2 +1,3 @@
+export * from './devices';
 export * from './model';
 export * from './panel';

@@ -9,7 +9,7 @@ import { ReactWidget } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
 
 import { fetchCluster, type ClusterInfo } from '../api';
-import { DevicesSection } from '../sidebar/components';
+import { DevicesSection } from './devices';
 import { ClusterModel } from './model';
 
 /** The DOM id of the cluster tab (also its restorer key). */

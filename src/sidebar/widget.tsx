@@ -7,7 +7,8 @@ import { ISignal, Signal } from '@lumino/signaling';
 
 import { fetchCluster, type ClusterInfo } from '../api';
 import { edtIcon } from '../icons';
-import { DevicesSection, PanelHeader } from './components';
+import { DevicesSection } from '../cluster/devices';
+import { PanelHeader } from './components';
 import { JobList } from './jobcomponents';
 import type { JobsModel } from '../jobs/model';
 import { DEFAULT_FILTER, visibleJobs, type IJobFilter } from '../jobs/state';
