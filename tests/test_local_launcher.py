@@ -1,18 +1,19 @@
-"""LocalLauncher with real processes: environment, logs, and stopping a whole process group."""
+"""LocalLauncher with real processes: environment, logs, and stopping a whole process group;
+its blocking side as a driver uses it for workers (the caller's group, one log each)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import textwrap
+import time
 
 import pytest
 
 from jupyter_edt.launch.base import ProcessSpec
-from jupyter_edt.launch.local import LocalLauncher, log_paths
-
-pytestmark = pytest.mark.asyncio
+from jupyter_edt.launch.local import LocalLauncher, log_paths, merged_log_path
 
 
 def spec(tmp_path, code: str, **kw) -> ProcessSpec:
@@ -26,6 +27,7 @@ def spec(tmp_path, code: str, **kw) -> ProcessSpec:
     )
 
 
+@pytest.mark.asyncio
 async def test_environment_and_logs(tmp_path):
     code = """
         import os, sys
@@ -51,6 +53,7 @@ async def test_environment_and_logs(tmp_path):
     assert "cvd='' job=j1" in out1.read_text()
 
 
+@pytest.mark.asyncio
 async def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(tmp_path):
     ready = tmp_path / "child.pid"
     code = f"""
@@ -81,6 +84,7 @@ async def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(tmp_path)
         os.kill(child, 0)
 
 
+@pytest.mark.asyncio
 async def test_stop_is_graceful_first(tmp_path):
     code = """
         import signal, sys, time
@@ -96,3 +100,44 @@ async def test_stop_is_graceful_first(tmp_path):
             break
         await asyncio.sleep(0.05)
     assert await launcher.stop(handle, grace=30) == 0
+
+
+def test_a_drivers_workers_share_its_group_and_write_one_log(tmp_path):
+    code = """
+        import os, sys
+        print("pgid=" + str(os.getpgid(0)), "cvd=" + os.environ["CUDA_VISIBLE_DEVICES"])
+        print("oops", file=sys.stderr)
+        sys.exit(3)
+    """
+    workers = LocalLauncher(own_session=False)
+    env = {"CUDA_VISIBLE_DEVICES": "GPU-5e0c2a1b"}  # devices=None: the env places it
+    handle = workers.start_sync(
+        spec(tmp_path, code, name="w0", env=env, devices=None, one_log=True)
+    )
+    assert handle.wait_sync(60) == 3
+    log = merged_log_path(tmp_path / "logs", "w0").read_text()
+    assert f"pgid={os.getpgid(0)} cvd=GPU-5e0c2a1b" in log  # a stop of our group reaches it
+    assert log.endswith("oops\n")
+    assert not log_paths(tmp_path / "logs", "w0")[0].exists()
+
+
+def test_stop_sync_is_graceful_first_and_kills_at_once_without_grace(tmp_path):
+    code = """
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+        print("up", flush=True)
+        time.sleep(600)
+    """
+    workers = LocalLauncher(own_session=False)
+    graceful = workers.start_sync(spec(tmp_path, code, name="w0", one_log=True))
+    out = merged_log_path(tmp_path / "logs", "w0")
+    for _ in range(600):  # bounded: the interpreter starts within seconds
+        if out.exists() and "up" in out.read_text():
+            break
+        time.sleep(0.05)
+    assert workers.stop_sync(graceful, grace=30) == 0
+    forced = workers.start_sync(spec(tmp_path, code, name="w1", one_log=True))
+    with pytest.raises(TimeoutError):
+        forced.wait_sync(0.1)
+    assert workers.stop_sync(forced, grace=0) == -signal.SIGKILL  # no SIGTERM first
+    assert forced.returncode == -signal.SIGKILL

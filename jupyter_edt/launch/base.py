@@ -2,50 +2,127 @@
 
 A job's driver and each of its workers is one process. The launcher knows nothing of
 training; it runs a command with an environment in a directory, with logs going to files, and
-can stop everything it started for a job. A cluster engine (Ray) implements the same interface.
+can stop a process with everything it started. The server starts each job's driver through it,
+and the driver starts its workers through it; a cluster engine (Ray) implements the same
+interface, so where a process runs is the launcher's business alone.
+
+An engine implements what does not wait: `Launcher.start_sync` and `Launcher.adopt`, and a
+`ProcessHandle` that tells its exit code and delivers signals. Waiting and stopping (graceful,
+then forced) are written here once, in the two colours the callers need: async for the server,
+whose event loop must never block, and blocking (``*_sync``) for the driver, a plain process
+whose loop and monitor thread have nothing else to do meanwhile (an event loop there would only
+move its threads into callbacks). Both colours are methods of the same object, so the one
+launcher a deployment configures serves the server and the drivers alike.
 """
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+
+#: How often a wait asks a process whether it has ended, when it cannot block on it.
+POLL_S = 0.1
 
 
 @dataclass(frozen=True)
 class ProcessSpec:
     """One process of a job. `devices` are the GPUs it may use, as CUDA_VISIBLE_DEVICES names
-    them: indices or, better, UUIDs, which do not shift when a GPU disappears (none: CPU only)."""
+    them: indices or, better, UUIDs, which do not shift when a GPU disappears (none: CPU only;
+    None: the launcher places no device and CUDA_VISIBLE_DEVICES is whatever `env` and the
+    launcher's own environment say, as for the workers of a ``LocalController`` in a test).
+
+    `one_log` interleaves stdout and stderr in one ``<name>.out`` (a worker's log: a traceback
+    reads in its place among the prints), else they go to ``<name>.stdout`` and
+    ``<name>.stderr``."""
 
     job_id: str
-    name: str  # "driver", "worker-0", ...: unique within the job, used for its log files
+    name: str  # "driver", "w0", ...: unique within the job, used for its log files
     argv: Sequence[str]
     cwd: Path
     log_dir: Path
     env: Mapping[str, str] = field(default_factory=dict)
-    devices: Sequence[int | str] = ()
+    devices: Sequence[int | str] | None = ()
     virtual_devices: bool = False
+    one_log: bool = False
 
 
-class ProcessHandle(Protocol):
-    """A started process. `returncode` is None while it runs."""
+class ProcessHandle(ABC):
+    """A started (or adopted) process. `returncode` is None while it runs."""
 
     spec: ProcessSpec
     pid: int
 
     @property
-    def returncode(self) -> int | None: ...
+    @abstractmethod
+    def returncode(self) -> int | None:
+        """Its exit code once it has ended (-N: killed by signal N), without waiting."""
 
-    async def wait(self) -> int: ...
+    @abstractmethod
+    def send_signal(self, sig: int) -> None:
+        """Deliver `sig` to the process and whatever it started that its launcher stops with it
+        (locally: its process group when it leads one, even once the leader itself is gone)."""
+
+    async def wait(self) -> int:
+        # Poll rather than park a thread: the default executor has few threads, and Tornado
+        # resolves host names on them.
+        while (code := self.returncode) is None:
+            await asyncio.sleep(POLL_S)
+        return code
+
+    def wait_sync(self, timeout: float | None = None) -> int:
+        """Block until it has ended; TimeoutError after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.returncode) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.spec.name} (pid {self.pid}) still runs")
+            time.sleep(POLL_S)
+        return code
 
 
-class Launcher(Protocol):
-    async def start(self, spec: ProcessSpec) -> ProcessHandle: ...
+class Launcher(ABC):
+    """Starts, adopts and stops processes. Subclasses implement `start_sync` and `adopt`."""
 
+    @abstractmethod
+    def start_sync(self, spec: ProcessSpec) -> ProcessHandle:
+        """Start the process; return as soon as it runs (never wait for its end)."""
+
+    @abstractmethod
     def adopt(
         self, spec: ProcessSpec, pid: int, started: int, exit_code: Callable[[], int | None]
     ) -> ProcessHandle | None:
-        """Watch a process a previous server started, if that same process still runs."""
+        """Watch a process a previous server started, if that same process still runs.
 
-    async def stop(self, handle: ProcessHandle, grace: float = 10.0) -> int: ...
+        `started` tells that process from a later one with the same pid; `exit_code` reads its
+        end from the caller's own record (its status file), since a non-parent cannot."""
+
+    async def start(self, spec: ProcessSpec) -> ProcessHandle:
+        return await asyncio.to_thread(self.start_sync, spec)
+
+    async def stop(self, handle: ProcessHandle, grace: float = 10.0) -> int:
+        """SIGTERM the process, then SIGKILL it if it is still there after `grace` (no grace:
+        SIGKILL at once). Once it has ended, whatever it left behind is killed too (a killed
+        driver's workers): nobody is left to stop them gracefully."""
+        handle.send_signal(signal.SIGTERM if grace > 0 else signal.SIGKILL)
+        try:
+            code = await asyncio.wait_for(handle.wait(), grace)
+        except asyncio.TimeoutError:
+            handle.send_signal(signal.SIGKILL)
+            code = await handle.wait()
+        handle.send_signal(signal.SIGKILL)
+        return code
+
+    def stop_sync(self, handle: ProcessHandle, grace: float = 10.0) -> int:
+        """:meth:`stop`, blocking: the same signals at the same moments."""
+        handle.send_signal(signal.SIGTERM if grace > 0 else signal.SIGKILL)
+        try:
+            code = handle.wait_sync(grace)
+        except TimeoutError:
+            handle.send_signal(signal.SIGKILL)
+            code = handle.wait_sync()
+        handle.send_signal(signal.SIGKILL)
+        return code

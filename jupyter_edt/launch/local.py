@@ -1,50 +1,54 @@
-"""Runs job processes on this machine, each in its own session (process group).
-
-Its own session means a cancel reaches everything the process started (data-loader workers,
-shells), and a Jupyter server that stops or restarts does not take running jobs down with it.
-"""
+"""Runs job processes on this machine as child processes: the server's drivers each in its own
+session (process group), a driver's workers in the driver's (see `LocalLauncher`)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from ..runtime.jobdir import process_start_time
-from .base import ProcessSpec
+from .base import Launcher, ProcessHandle, ProcessSpec
 
-POLL_S = 0.1
 #: The exit code of an adopted process that ended without recording one.
 UNKNOWN_EXIT = -1
 
 
-class LocalProcess:
-    def __init__(self, spec: ProcessSpec, popen: subprocess.Popen[bytes]) -> None:
+class LocalProcess(ProcessHandle):
+    """A child process; `group`: it leads its own process group, which its signals reach."""
+
+    def __init__(self, spec: ProcessSpec, popen: subprocess.Popen[bytes], group: bool) -> None:
         self.spec = spec
         self.pid = popen.pid
         self._popen = popen
+        self._group = group
 
     @property
     def returncode(self) -> int | None:
         return self._popen.poll()
 
-    async def wait(self) -> int:
-        # Poll rather than park a thread in Popen.wait: the default executor has few threads,
-        # and Tornado resolves host names on them.
-        while (code := self._popen.poll()) is None:
-            await asyncio.sleep(POLL_S)
-        return code
+    def send_signal(self, sig: int) -> None:
+        if self._group:
+            _signal_group(self.pid, sig)
+        else:
+            self._popen.send_signal(sig)  # nothing once reaped: its pid may be another's now
+
+    def wait_sync(self, timeout: float | None = None) -> int:
+        # a child: block in waitpid, which returns the moment it ends
+        try:
+            return self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"{self.spec.name} (pid {self.pid}) still runs") from None
 
 
-class AdoptedProcess:
+class AdoptedProcess(ProcessHandle):
     """A process this server did not start (a previous server did): watched by its pid.
 
     Its exit code cannot be collected by a non-parent, so `exit_code` asks the caller's record
-    (the job's status file) once the pid is gone; None there means "unknown" (-1).
+    (the job's status file) once the pid is gone; None there means "unknown" (-1). It leads its
+    own process group, as everything a LocalLauncher with its own sessions starts.
     """
 
     def __init__(self, spec: ProcessSpec, pid: int, exit_code: Callable[[], int | None]) -> None:
@@ -59,28 +63,39 @@ class AdoptedProcess:
         code = self._exit_code()
         return UNKNOWN_EXIT if code is None else code
 
-    async def wait(self) -> int:
-        while (code := self.returncode) is None:
-            await asyncio.sleep(POLL_S)  # no child to wait on: poll the pid
-        return code
+    def send_signal(self, sig: int) -> None:
+        _signal_group(self.pid, sig)
 
 
-class LocalLauncher:
-    """Starts processes with the job's environment and per-process stdout/stderr files."""
+class LocalLauncher(Launcher):
+    """Starts processes with the job's environment and per-process log files.
 
-    async def start(self, spec: ProcessSpec) -> LocalProcess:
-        return await asyncio.to_thread(self._start, spec)
+    `own_session`: each process leads its own session (the server's drivers), so a stop reaches
+    everything it started (data-loader workers, shells), and a Jupyter server that stops or
+    restarts does not take running jobs down with it. A driver starts its workers without
+    (``LocalController``): they stay in the driver's group, so stopping the driver's group (a
+    cancel, or the server cleaning up after a driver that died) stops them as well.
+    """
 
-    def _start(self, spec: ProcessSpec) -> LocalProcess:
+    def __init__(self, own_session: bool = True) -> None:
+        self.own_session = own_session
+
+    def start_sync(self, spec: ProcessSpec) -> LocalProcess:
         spec.log_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **spec.env}
         # Virtual devices are CPU slots: hide every GPU. Real ones: exactly the given ones.
-        env["CUDA_VISIBLE_DEVICES"] = (
-            "" if spec.virtual_devices else ",".join(str(i) for i in spec.devices)
-        )
+        if spec.virtual_devices:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        elif spec.devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.devices)
         env["PYTHONUNBUFFERED"] = "1"
-        stdout, stderr = log_paths(spec.log_dir, spec.name)
-        with stdout.open("ab") as out, stderr.open("ab") as err:
+        if spec.one_log:
+            stdout, stderr = merged_log_path(spec.log_dir, spec.name), None
+        else:
+            stdout, stderr = log_paths(spec.log_dir, spec.name)
+        with contextlib.ExitStack() as files:
+            out = files.enter_context(stdout.open("ab"))
+            err = subprocess.STDOUT if stderr is None else files.enter_context(stderr.open("ab"))
             popen = subprocess.Popen(
                 list(spec.argv),
                 cwd=spec.cwd,
@@ -88,9 +103,9 @@ class LocalLauncher:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                start_new_session=True,
+                start_new_session=self.own_session,
             )
-        return LocalProcess(spec, popen)
+        return LocalProcess(spec, popen, group=self.own_session)
 
     def adopt(
         self, spec: ProcessSpec, pid: int, started: int, exit_code: Callable[[], int | None]
@@ -100,22 +115,8 @@ class LocalLauncher:
             return None
         return AdoptedProcess(spec, pid, exit_code)
 
-    async def stop(self, handle: LocalProcess | AdoptedProcess, grace: float = 10.0) -> int:
-        """SIGTERM the process group, then SIGKILL it if it is still there after `grace`.
 
-        Once the process itself has ended, whatever it started and left in its group (a
-        killed driver's workers) is killed: nobody is left to stop them gracefully."""
-        _signal_group(handle.pid, signal.SIGTERM)
-        try:
-            code = await asyncio.wait_for(handle.wait(), grace)
-        except asyncio.TimeoutError:
-            _signal_group(handle.pid, signal.SIGKILL)
-            code = await handle.wait()
-        _signal_group(handle.pid, signal.SIGKILL)
-        return code
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
+def _signal_group(pid: int, sig: int) -> None:
     # the process leads its own session, so its group id is its pid
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)
@@ -123,3 +124,8 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 def log_paths(log_dir: Path, name: str) -> tuple[Path, Path]:
     return log_dir / f"{name}.stdout", log_dir / f"{name}.stderr"
+
+
+def merged_log_path(log_dir: Path, name: str) -> Path:
+    """The one log of a process started with `ProcessSpec.one_log` (a worker's)."""
+    return log_dir / f"{name}.out"

@@ -27,7 +27,9 @@ worker has seen it (workers agree through the step's reduction). Survivors keep 
 joiners receive the state from a peer, workers left out of ``members/<g>`` exit with status 0.
 A worker that dies is dropped by the controller publishing a generation without it.
 
-``LocalController`` implements the controller side for one machine (tests, benchmark).
+``LocalController`` implements the controller side: it hosts the store here and starts, watches
+and stops the workers through a ``Launcher`` (``launch/``), by default as this machine's child
+processes; the driver uses it for a job, tests and the benchmark on their own.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -43,6 +44,9 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from ..launch.base import Launcher, ProcessHandle, ProcessSpec
+from ..launch.local import LocalLauncher
 
 __all__ = ["CTL", "LocalController", "WorkerCrashed"]
 
@@ -89,10 +93,13 @@ def release_key(step: int) -> str:
 
 
 class LocalController:
-    """Launches a job's workers as local processes and drives their membership.
+    """Launches a job's workers and drives their membership.
 
     ``program`` is the worker's command after ``python -m jupyter_edt.runtime.worker``: a script
-    path and its arguments. The script builds a ``Trainer`` and calls ``fit``.
+    path and its arguments. The script builds a ``Trainer`` and calls ``fit``. ``launcher``
+    starts, watches and stops the workers (default: child processes in this process's group,
+    so that whoever stops this process's group stops them too); each worker's stdout and
+    stderr go to ``<log_dir>/<worker>.out``.
     """
 
     def __init__(
@@ -105,13 +112,17 @@ class LocalController:
         python: str = sys.executable,
         log_dir: str | os.PathLike[str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        launcher: Launcher | None = None,
+        job_id: str = "",
     ) -> None:
         import torch.distributed as dist  # the controller hosts the store
 
         self.program = list(program)
         self.result_dir = Path(result_dir)
         self.log_dir = Path(log_dir) if log_dir is not None else self.result_dir / "logs"
-        self.cwd = cwd
+        self.cwd = Path(cwd) if cwd is not None else Path.cwd()
+        self.launcher = launcher if launcher is not None else LocalLauncher(own_session=False)
+        self.job_id = job_id
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.timeout_s = timeout_s
         self.python = python
@@ -122,7 +133,7 @@ class LocalController:
         self.port = self.store.port
         self.ctl: dict[str, int] = {"gen": 0, "hold": -1, "ckpt": 0}
         self.store.set(CTL, json.dumps(self.ctl))
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.procs: dict[str, ProcessHandle] = {}
         self.members: tuple[str, ...] = ()
         self.membership: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []
@@ -211,6 +222,7 @@ class LocalController:
             self.store.set(CTL, json.dumps(self.ctl))
 
     def kill(self, worker: str, sig: int = signal.SIGKILL) -> None:
+        """Signal one worker (a fault injected by a test or the benchmark)."""
         self.procs[worker].send_signal(sig)
 
     # -- reports -----------------------------------------------------------------------------
@@ -225,7 +237,7 @@ class LocalController:
         deadline = time.monotonic() + timeout_s
         codes = {}
         for w, p in list(self.procs.items()):
-            codes[w] = p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            codes[w] = p.wait_sync(max(0.1, deadline - time.monotonic()))
         return codes
 
     def pids(self) -> dict[str, int]:
@@ -241,10 +253,7 @@ class LocalController:
         """Stop watching and kill any worker still running."""
         self._stop.set()
         self._monitor.join(timeout=5)
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
+        self._stop_workers(list(self.procs))
 
     def __enter__(self) -> LocalController:
         return self
@@ -271,7 +280,7 @@ class LocalController:
         watched = list(self.procs) if among is None else list(among)
         deadline = time.monotonic() + timeout_s
         while not self.store.check(keys):
-            crashed = {w: rc for w in watched if (rc := self.procs[w].poll()) not in (None, 0)}
+            crashed = {w: rc for w in watched if (rc := self.procs[w].returncode) not in (None, 0)}
             if not killed_too:
                 crashed = {w: rc for w, rc in crashed.items() if rc != -signal.SIGKILL}
             if crashed:
@@ -281,11 +290,11 @@ class LocalController:
             self._stop.wait(0.01)
 
     def _stop_workers(self, workers: Sequence[str]) -> None:
+        """Kill these workers, one after the other (no grace: nobody waits for their end)."""
         for w in workers:
             p = self.procs[w]
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
+            if p.returncode is None:
+                self.launcher.stop_sync(p, grace=0)
 
     def _publish(self, members: tuple[str, ...]) -> int:
         gen = self.ctl["gen"] + 1
@@ -298,7 +307,6 @@ class LocalController:
 
     def _launch(self, worker: str, worker_env: Mapping[str, str]) -> None:
         env = {
-            **os.environ,
             "EDT_STORE": f"127.0.0.1:{self.port}",
             "EDT_WORKER_ID": worker,
             "EDT_RESULT_DIR": str(self.result_dir),
@@ -308,12 +316,17 @@ class LocalController:
             **self.extra_env,
             **worker_env,
         }
-        out = open(self.log_dir / f"{worker}.out", "wb")  # noqa: SIM115 - handed to the child
-        cmd = [self.python, "-m", "jupyter_edt.runtime.worker", *self.program]
-        self.procs[worker] = subprocess.Popen(
-            cmd, env=env, cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT
+        spec = ProcessSpec(
+            job_id=self.job_id,
+            name=worker,
+            argv=[self.python, "-m", "jupyter_edt.runtime.worker", *self.program],
+            cwd=self.cwd,
+            log_dir=self.log_dir,
+            env=env,
+            devices=None,  # the caller names a worker's device in its env (``device_env``)
+            one_log=True,
         )
-        out.close()
+        self.procs[worker] = self.launcher.start_sync(spec)
 
     def _watch(self) -> None:
         """Drop dead workers: publish a generation of the members still alive.
@@ -328,9 +341,7 @@ class LocalController:
                 gen = self.ctl["gen"]
                 if gen == 0 or not self.members:
                     continue
-                dead = [
-                    w for w in self.members if (rc := self.procs[w].poll()) is not None and rc != 0
-                ]
+                dead = [w for w in self.members if self.procs[w].returncode not in (None, 0)]
                 if not dead:
                     if int(self.store.add(failed_key(gen), 0)) == 0:
                         stuck_since = None
@@ -341,7 +352,7 @@ class LocalController:
                     if now - stuck_since < 0.25:
                         continue
                 stuck_since = None
-                alive = tuple(w for w in self.members if self.procs[w].poll() is None)
+                alive = tuple(w for w in self.members if self.procs[w].returncode is None)
                 self.failures.append({"gen": gen, "dead": dead, "time": time.time()})
                 if alive:
                     self._publish(alive)

@@ -1,7 +1,8 @@
 """A job's driver: ``python -m jupyter_edt.runtime.driver <job dir>``.
 
 One per job, on the service's machine. It hosts the job's rendezvous (through
-``LocalController``), starts one worker per device, and carries out the orders the server writes
+``LocalController``), starts one worker per device through the same ``Launcher`` interface
+the server starts drivers with (``launch/``), and carries out the orders the server writes
 into the job directory: a new device set (grow, shrink, move) or "suspend" (checkpoint, then
 stop). It reports in ``status.json``. A worker that dies is dropped at once by the controller and
 the job trains on with the others. After a short rest its device gets a new worker, so a job
@@ -31,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..launch.local import merged_log_path
 from .control import LocalController, WorkerCrashed, formed_key
 from .jobdir import JobDir, checkpoints, process_start_time, read_json
 
@@ -98,6 +100,7 @@ class Driver:
             log_dir=self.dir.logs,
             cwd=self.dir.code,
             timeout_s=float(os.environ.get("EDT_TIMEOUT_S", "10")),
+            job_id=self.job["id"],
         )
         self.devices = devices
         ids = self.ctl.start(len(devices), [device_env(d) for d in devices])
@@ -124,7 +127,7 @@ class Driver:
                 if orders["action"] == "suspend":
                     return self._suspend()
                 self._apply(orders["devices"])
-            if all(p.poll() is not None for p in ctl.procs.values()):
+            if all(p.returncode is not None for p in ctl.procs.values()):
                 return self._finished()
             error = self._reconcile() if self.elastic else self._rigid_failure()
             if error is not None:
@@ -160,7 +163,7 @@ class Driver:
         members = ctl.members
         if not members:
             return None  # nobody left to carry the state: once all have exited, it has failed
-        if any(ctl.procs[w].poll() == 0 for w in members):
+        if any(ctl.procs[w].returncode == 0 for w in members):
             return None  # a member finished training: the job is ending, nobody new joins it
         if self.moving_gen is not None:
             formed = {self.moving_gen, ctl.ctl["gen"]}
@@ -211,7 +214,7 @@ class Driver:
         its peers would wait for it (as torchrun without elasticity does)."""
         assert self.ctl is not None
         for w, p in self.ctl.procs.items():
-            if (code := p.poll()) not in (None, 0):
+            if (code := p.returncode) not in (None, 0):
                 device = self.device_of[w]["id"]
                 return (
                     f"worker {w} on {device} exited with code {code}, and a rigid job (its "
@@ -246,7 +249,7 @@ class Driver:
 
     def _last_failed(self) -> str:
         assert self.ctl is not None
-        failed = [w for w, p in self.ctl.procs.items() if p.poll() not in (None, 0)]
+        failed = [w for w, p in self.ctl.procs.items() if p.returncode not in (None, 0)]
         return failed[-1] if failed else ""
 
     def _suspend(self) -> int:
@@ -263,7 +266,7 @@ class Driver:
         self.ctl.request_checkpoint()
         deadline = time.monotonic() + SUSPEND_TIMEOUT_S
         while self._checkpoints() == before and time.monotonic() < deadline:
-            if all(p.poll() is not None for p in self.ctl.procs.values()):
+            if all(p.returncode is not None for p in self.ctl.procs.values()):
                 break
             time.sleep(TICK_S)
         checkpointed = self._checkpoints() != before
@@ -275,7 +278,7 @@ class Driver:
 
     def _finished(self) -> int:
         assert self.ctl is not None
-        codes = {w: p.poll() for w, p in self.ctl.procs.items()}
+        codes = {w: p.returncode for w, p in self.ctl.procs.items()}
         last = self.ctl.members
         if last and all(codes[w] == 0 for w in last):
             self.status["state"] = "exited"
@@ -290,7 +293,7 @@ class Driver:
 
     def _log_tail(self, worker: str, limit: int = 1500) -> str:
         try:
-            data = (self.dir.logs / f"{worker}.out").read_bytes()[-limit:]
+            data = merged_log_path(self.dir.logs, worker).read_bytes()[-limit:]
         except FileNotFoundError:
             return ""
         return data.decode(errors="replace").strip()
