@@ -469,6 +469,25 @@ describe('JobController', () => {
     c.dispose();
   });
 
+  it('retries loading with backoff until the job is known, then stops', async () => {
+    jest.useFakeTimers();
+    const api = new FakeApi();
+    api.failGet = 2;
+    const c = controller(api, fakeConnect());
+    const gets = () => api.calls.filter(call => call === `GET ${JOB_ID}`);
+    await c.start();
+    expect(c.job).toBeNull();
+    await jest.advanceTimersByTimeAsync(100); // the first retry fails too
+    expect(gets()).toHaveLength(2);
+    expect(c.job).toBeNull();
+    await jest.advanceTimersByTimeAsync(200); // the next within 100-200 ms
+    expect(gets()).toHaveLength(3);
+    expect(c.job?.name).toBe('digits');
+    await jest.advanceTimersByTimeAsync(10_000); // loaded: no more retries
+    expect(gets()).toHaveLength(3);
+    c.dispose();
+  });
+
   it('says so when the job does not exist', async () => {
     const api = new FakeApi();
     const notFound = Object.assign(new Error('Job not found'), {

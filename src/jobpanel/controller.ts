@@ -305,6 +305,7 @@ export class JobController implements IDisposable {
       if (status !== 404 && this._job === null) {
         throw reason;
       }
+      this._loadPoll.dispose(); // not found, or loaded: no retry
     }
   }
 
