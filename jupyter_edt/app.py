@@ -12,6 +12,7 @@ from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider, User
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Enum, Float, Int, List, Unicode, default, observe, validate
+from traitlets.utils.importstring import import_item
 
 from . import __version__
 from .api import default_handlers, not_found_handlers
@@ -23,7 +24,7 @@ from .jobs.store import JobStore
 from .launch.local import LocalLauncher
 from .scheduling.inventory import Inventory, VirtualInventory, open_inventory
 from .scheduling.monitor import InventoryMonitor
-from .scheduling.policy import POLICY_NAMES
+from .scheduling.policy import POLICIES, Policy
 
 
 class EDTApp(ExtensionApp):
@@ -57,12 +58,13 @@ class EDTApp(ExtensionApp):
         appear (and are dealt out).""",
     )
 
-    policy = Enum(
-        list(POLICY_NAMES),
-        default_value="fair-share",
+    policy = Unicode(
+        "fair-share",
         config=True,
         help="""GPU allocation policy: 'fair-share' (max-min fair between users, then
-        between each user's jobs) or 'priority' (higher priority first, equal ones fairly).""",
+        between each user's jobs), 'priority' (higher priority first, equal ones fairly),
+        'goodput' (spare GPUs where they speed a job up most), or the import path of a
+        `jupyter_edt.scheduling.policy.Policy` subclass of your own.""",
     )
 
     database_url = Unicode(
@@ -182,6 +184,11 @@ class EDTApp(ExtensionApp):
             raise ValueError(f"EDTApp.max_upload_bytes must be positive, got {value}.")
         return value
 
+    @validate("policy")
+    def _check_policy(self, proposal: dict) -> str:
+        load_policy(proposal["value"])  # a clear error now rather than at the first job
+        return proposal["value"]
+
     @validate("max_restarts")
     def _check_max_restarts(self, proposal: dict) -> int:
         value = proposal["value"]
@@ -228,7 +235,7 @@ class EDTApp(ExtensionApp):
                 driver_module=self.driver_module,
                 plugins=[WMLAPlugin(Path(self.jobs_dir) / ".fabric")],  # WMLA programs run as-is
             ),
-            policy=self.policy,
+            policy=load_policy(self.policy),
             min_rescale_interval=self.min_rescale_interval,
             admin_users=self.admin_users,
             max_restarts=self.max_restarts,
@@ -269,3 +276,18 @@ class EDTApp(ExtensionApp):
 
 
 main = launch_new_instance = EDTApp.launch_instance
+
+
+def load_policy(name: str) -> Policy:
+    """The policy `EDTApp.policy` names: one of `POLICIES`, or a `Policy` subclass by its
+    import path. ValueError, naming the option, for anything else."""
+    if name in POLICIES:
+        return POLICIES[name]()
+    choices = f"one of {', '.join(POLICIES)} or the import path of a Policy subclass"
+    try:
+        found = import_item(name)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ValueError(f"EDTApp.policy must be {choices}; {name!r} is neither ({err}).") from err
+    if not (isinstance(found, type) and issubclass(found, Policy)):
+        raise ValueError(f"EDTApp.policy must be {choices}; {name!r} is not a Policy subclass.")
+    return found()

@@ -10,11 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jupyter_edt.app import EDTApp, load_policy
 from jupyter_edt.scheduling.allocator import plan
 from jupyter_edt.scheduling.inventory import Device
 from jupyter_edt.scheduling.policy import (
+    POLICIES,
     DeviceSlot,
+    FairShare,
     JobDemand,
+    Priority,
     allocate,
     knee,
     throughput_curve,
@@ -559,3 +563,27 @@ def test_orders_free_devices_before_another_job_takes_them():
         ("b", "resize", ("n2g0", "n2g1")),
         ("a", "resize", ("n0g0", "n0g1")),
     ]
+
+
+class OneEach(FairShare):
+    """A deployment's own policy: at most one device per job (for the test below)."""
+
+    def count(self, jobs, held, capacity, frozen):
+        counts = super().count(jobs, held, capacity, frozen)
+        return {job_id: min(n, 1) for job_id, n in counts.items()}
+
+
+def test_policies_are_classes_chosen_by_name_or_import_path():
+    devices = [DeviceSlot(f"g{i}") for i in range(4)]
+    jobs = [JobDemand("a", "ana", max_gpus=4), JobDemand("b", "bo", max_gpus=4, submitted=1)]
+    for name, cls in POLICIES.items():
+        assert allocate(jobs, devices, name) == allocate(jobs, devices, cls())
+    assert load_policy("priority").__class__ is Priority
+    own = load_policy(f"{__name__}.OneEach")
+    assert own.allocate(jobs, devices) == {"a": ["g0"], "b": ["g1"]}
+    with pytest.raises(ValueError, match=r"'os\.path' is not a Policy subclass"):
+        load_policy("os.path")
+    with pytest.raises(ValueError, match=r"EDTApp\.policy must be one of fair-share, priority"):
+        load_policy("fairshare")
+    with pytest.raises(ValueError, match=r"'nope\.Nope' is neither"):
+        EDTApp(policy="nope.Nope")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .inventory import Device
-from .policy import DeviceSlot, JobDemand, PolicyName, allocate
+from .policy import DeviceSlot, JobDemand, Policy, PolicyName, allocate
 
 Action = Literal["start", "resize", "suspend"]
 
@@ -29,7 +29,7 @@ class Order:
 def plan(
     jobs: Sequence[Mapping[str, Any]],
     devices: Sequence[Device],
-    policy: PolicyName,
+    policy: PolicyName | Policy,
     *,
     now: float,
     min_rescale_interval: float,

@@ -110,58 +110,148 @@ class DeviceSlot:
 def allocate(
     jobs: Iterable[JobDemand],
     devices: Sequence[DeviceSlot],
-    policy: PolicyName = "fair-share",
+    policy: PolicyName | Policy = "fair-share",
     *,
     now: float = 0.0,
     min_rescale_interval: float = 0.0,
 ) -> Allocation:
-    """Return the target allocation: every job id mapped to its devices (empty: not running)."""
-    if policy not in POLICY_NAMES:
-        raise ValueError(f"policy must be one of {', '.join(POLICY_NAMES)}, got {policy!r}.")
-    jobs = sorted(jobs, key=lambda j: (j.submitted, j.id))
-    if len({j.id for j in jobs}) != len(jobs):
-        raise ValueError("Job ids must be unique.")
-    if len({d.id for d in devices}) != len(devices):
-        raise ValueError("Device ids must be unique.")
-    existing = {d.id for d in devices}
-    held = {j.id: [d for d in j.current if d in existing] for j in jobs}
-    # A rigid job that lost a device cannot shrink onto the others: it gets none (stops).
-    stopped = [j for j in jobs if j.rigid and len(held[j.id]) < len(j.current)]
-    jobs = [j for j in jobs if j not in stopped]
-    pinned = {j.id: len(held[j.id]) for j in jobs if j.rigid and held[j.id]}
+    """Return the target allocation: every job id mapped to its devices (empty: not running).
+    `policy`: a name of `POLICIES`, or a `Policy`."""
+    if isinstance(policy, str):
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICY_NAMES)}, got {policy!r}.")
+        policy = POLICIES[policy]()
+    return policy.allocate(jobs, devices, now=now, min_rescale_interval=min_rescale_interval)
 
-    count = _count_goodput if policy == "goodput" else _count
-    counts = count(jobs, held, len(devices), policy, frozen=pinned)
-    if min_rescale_interval > 0 and not any(counts.get(j.id) and not held[j.id] for j in jobs):
-        # No waiting job is being admitted: hold recently rescaled jobs at their count.
-        frozen = {
-            j.id: len(held[j.id])
-            for j in jobs
-            if j.id in counts
-            and j.last_rescale is not None
-            and now - j.last_rescale < min_rescale_interval
-            and j.min_gpus <= len(held[j.id]) <= j.max_gpus
-        } | pinned
-        if frozen.keys() - pinned.keys():
-            steady = count(jobs, held, len(devices), policy, frozen)
-            if steady.keys() == counts.keys():  # stability never suspends or delays a job
-                counts = steady
-    if policy == "goodput":
-        placed = _repack(jobs, counts, devices, held)
-    else:
+
+class Policy:
+    """An allocation policy: levels served in turn, counts within them, then placement.
+
+    Subclasses choose the three steps; the frame (rigid jobs, stability) is the same for all.
+    Pure: no I/O, no clock, no globals. A deployment may configure its own subclass by its
+    import path (``EDTApp.policy``)."""
+
+    name = "custom"
+
+    def allocate(
+        self,
+        jobs: Iterable[JobDemand],
+        devices: Sequence[DeviceSlot],
+        *,
+        now: float = 0.0,
+        min_rescale_interval: float = 0.0,
+    ) -> Allocation:
+        jobs = sorted(jobs, key=lambda j: (j.submitted, j.id))
+        if len({j.id for j in jobs}) != len(jobs):
+            raise ValueError("Job ids must be unique.")
+        if len({d.id for d in devices}) != len(devices):
+            raise ValueError("Device ids must be unique.")
+        existing = {d.id for d in devices}
+        held = {j.id: [d for d in j.current if d in existing] for j in jobs}
+        # A rigid job that lost a device cannot shrink onto the others: it gets none (stops).
+        stopped = [j for j in jobs if j.rigid and len(held[j.id]) < len(j.current)]
+        jobs = [j for j in jobs if j not in stopped]
+        pinned = {j.id: len(held[j.id]) for j in jobs if j.rigid and held[j.id]}
+
+        counts = self.count(jobs, held, len(devices), frozen=pinned)
+        if min_rescale_interval > 0 and not any(counts.get(j.id) and not held[j.id] for j in jobs):
+            # No waiting job is being admitted: hold recently rescaled jobs at their count.
+            frozen = {
+                j.id: len(held[j.id])
+                for j in jobs
+                if j.id in counts
+                and j.last_rescale is not None
+                and now - j.last_rescale < min_rescale_interval
+                and j.min_gpus <= len(held[j.id]) <= j.max_gpus
+            } | pinned
+            if frozen.keys() - pinned.keys():
+                steady = self.count(jobs, held, len(devices), frozen)
+                if steady.keys() == counts.keys():  # stability never suspends or delays a job
+                    counts = steady
         recent = {
             j.id
             for j in jobs
             if j.last_rescale is not None and now - j.last_rescale < min_rescale_interval
         }
-        placed = _place(jobs, counts, devices, held, recent | pinned.keys())
-    return placed | {j.id: [] for j in stopped}
+        placed = self.place(jobs, counts, devices, held, recent | pinned.keys())
+        return placed | {j.id: [] for j in stopped}
+
+    def levels(self, jobs: Sequence[JobDemand]) -> list[list[JobDemand]]:
+        """Groups of jobs served one after the other, each completely before the next."""
+        raise NotImplementedError
+
+    def count(
+        self,
+        jobs: Sequence[JobDemand],
+        held: dict[str, list[str]],
+        capacity: int,
+        frozen: dict[str, int],
+    ) -> dict[str, int]:
+        """Device counts of the admitted jobs (`frozen`: counts that must not change); a job
+        missing from the answer waits."""
+        return _count(self.levels(jobs), jobs, held, capacity, frozen)
+
+    def place(
+        self,
+        jobs: Sequence[JobDemand],
+        counts: dict[str, int],
+        devices: Sequence[DeviceSlot],
+        held: dict[str, list[str]],
+        keep: set[str],
+    ) -> Allocation:
+        """Which devices give each job its count (`keep`: jobs that keep the devices they
+        hold: recently rescaled or rigid)."""
+        return _place(jobs, counts, devices, held, keep)
 
 
-def _levels(jobs: Sequence[JobDemand], policy: PolicyName) -> list[list[JobDemand]]:
-    """Groups served one after the other: one for fair-share, one per priority otherwise."""
-    if policy == "fair-share":
+class FairShare(Policy):
+    """One level: max-min fair between users, then between each user's jobs."""
+
+    name = "fair-share"
+
+    def levels(self, jobs: Sequence[JobDemand]) -> list[list[JobDemand]]:
         return [list(jobs)]
+
+
+class Priority(Policy):
+    """One level per priority, highest first; fair share within a level."""
+
+    name = "priority"
+
+    def levels(self, jobs: Sequence[JobDemand]) -> list[list[JobDemand]]:
+        return _by_priority(jobs)
+
+
+class Goodput(Priority):
+    """Priority levels; within one, spare devices where they speed a job up most
+    (`_count_goodput`), and growing jobs re-packed (`_repack`)."""
+
+    name = "goodput"
+
+    def count(
+        self,
+        jobs: Sequence[JobDemand],
+        held: dict[str, list[str]],
+        capacity: int,
+        frozen: dict[str, int],
+    ) -> dict[str, int]:
+        return _count_goodput(self.levels(jobs), held, capacity, frozen)
+
+    def place(
+        self,
+        jobs: Sequence[JobDemand],
+        counts: dict[str, int],
+        devices: Sequence[DeviceSlot],
+        held: dict[str, list[str]],
+        keep: set[str],
+    ) -> Allocation:
+        return _repack(jobs, counts, devices, held)
+
+
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (FairShare, Priority, Goodput)}
+
+
+def _by_priority(jobs: Sequence[JobDemand]) -> list[list[JobDemand]]:
     by_priority: dict[int, list[JobDemand]] = defaultdict(list)
     for job in jobs:
         by_priority[job.priority].append(job)
@@ -169,13 +259,14 @@ def _levels(jobs: Sequence[JobDemand], policy: PolicyName) -> list[list[JobDeman
 
 
 def _count(
+    levels: Sequence[Sequence[JobDemand]],
     jobs: Sequence[JobDemand],
     held: dict[str, list[str]],
     capacity: int,
-    policy: PolicyName,
     frozen: dict[str, int],
 ) -> dict[str, int]:
-    """Device counts of the admitted jobs; a job missing from the answer waits."""
+    """Device counts of the admitted jobs, `levels` served in turn; a job missing from the
+    answer waits."""
     counts: dict[str, int] = {}
     free = capacity
     finish: dict[str, tuple[float, float]] = {}
@@ -185,7 +276,7 @@ def _count(
             finish[job.id] = _finish_order(job, len(held[job.id]))
         return finish[job.id]
 
-    for level in _levels(jobs, policy):
+    for level in levels:
         admitted = []
         running = [j for j in level if held[j.id]]
         waiting = [j for j in level if not held[j.id]]
@@ -466,10 +557,9 @@ def _curve(measured: Mapping[int, float], upto: int) -> list[float]:
 
 
 def _count_goodput(
-    jobs: Sequence[JobDemand],
+    levels: Sequence[Sequence[JobDemand]],
     held: dict[str, list[str]],
     capacity: int,
-    policy: PolicyName,
     frozen: dict[str, int],
 ) -> dict[str, int]:
     """Device counts under `goodput`; a job missing from the answer waits.
@@ -492,7 +582,7 @@ def _count_goodput(
     """
     counts: dict[str, int] = {}
     free = capacity
-    for level in _levels(jobs, "priority"):
+    for level in levels:
         admitted = []
         running = [j for j in level if held[j.id]]
         waiting = sorted((j for j in level if not held[j.id]), key=_work_order)
