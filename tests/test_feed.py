@@ -8,7 +8,7 @@ import json
 import pytest
 
 from jupyter_edt.jobs.feed import EventFeed
-from jupyter_edt.jobs.models import JobSpec
+from jupyter_edt.jobs.models import JobSpec, JobState
 from jupyter_edt.jobs.store import JobStore
 
 
@@ -39,4 +39,27 @@ async def test_a_burst_wakes_subscribers_once_and_old_cursors_read_the_store(tmp
     assert read(everything[-1]["id"]) == []
     assert read(newest[0]["id"] - 1, owner="bob") == []
     assert read(0, owner="bob") == []
+    store.close()
+
+
+@pytest.mark.asyncio
+async def test_every_committed_change_publishes_itself(tmp_path):
+    """Nobody calls notify: the store announces each commit, so no change can go unpublished."""
+    store = JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}")
+    feed = EventFeed(store)
+    changed = feed.changed()
+    job_id = store.create_job("ana", JobSpec(code="pass", max_gpus=1))["id"]
+    await asyncio.wait_for(changed.wait(), 5)
+    for change in (
+        lambda: store.set_state(job_id, JobState.STARTING, "given 1 GPU(s)"),
+        lambda: store.set_devices(job_id, ["g0"], "admitted"),
+        lambda: store.set_elastic(job_id, "the elastic runtime started"),
+        lambda: store.update_limits(job_id, priority=2),
+        lambda: store.add_metrics(job_id, [{"step": 0}]),
+    ):
+        changed = feed.changed()
+        change()
+        await asyncio.wait_for(changed.wait(), 5)
+    kinds = [i.event["kind"] for i in feed.read(after=0, owner=None, limit=100)]
+    assert kinds == ["state", "state", "allocation", "elastic", "limits", "metrics"]
     store.close()

@@ -37,6 +37,7 @@ class EventFeed:
         self._last_id = store.last_event_id()  # memory holds what is published from now on
         self._changed = asyncio.Event()
         self._pending: asyncio.Handle | None = None
+        store.on_change(self.notify)  # every committed change is published
 
     def changed(self) -> asyncio.Event:
         """Set at the next publication. Take it before reading, then wait on it, so a change

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 from ..scheduling.allocator import SCHEDULED_STATES, Order, plan
 from ..scheduling.inventory import Device
 from ..scheduling.monitor import InventoryMonitor
-from ..scheduling.policy import PolicyName
+from ..scheduling.policy import Policy, PolicyName
 from .archives import list_artifacts, open_artifact, safe_extract
 from .feed import EventFeed, Published
 from .logs import LogChunk, list_logs, read_log
@@ -69,7 +69,7 @@ class JobService:
         monitor: InventoryMonitor,
         runner: JobRunner,
         *,
-        policy: PolicyName = "fair-share",
+        policy: PolicyName | Policy = "fair-share",
         min_rescale_interval: float = 30.0,
         admin_users: Iterable[str] = (),
         max_restarts: int = 3,
@@ -186,9 +186,7 @@ class JobService:
         except OSError as err:
             reason = f"its code could not be stored: {err}"
             self.store.set_state(job["id"], JobState.FAILED, reason, now=self.clock())
-            self._notify()
             raise
-        self._notify()
         await self.reschedule()
         return self.store.get_job(job["id"])
 
@@ -221,7 +219,6 @@ class JobService:
             finally:
                 await asyncio.to_thread(shutil.rmtree, tree, True)
         job = self.store.create_job(user, spec, now=self.clock())
-        self._notify()
         await self.reschedule()
         return self.store.get_job(job["id"])
 
@@ -236,7 +233,6 @@ class JobService:
                 "rigid (its program does not use the elastic runtime), so it cannot shrink",
             )
         self.store.update_limits(job_id, priority=priority, max_gpus=max_gpus, now=self.clock())
-        self._notify()
         await self.reschedule()
         return self.store.get_job(job_id)
 
@@ -251,7 +247,6 @@ class JobService:
             await self.runner.cancel(job)
         self.store.set_state(job_id, JobState.CANCELLED, f"{verb} by {user}", now=self.clock())
         self.progress.forget(job_id)
-        self._notify()
         await self.reschedule()
         return self.store.get_job(job_id)
 
@@ -276,7 +271,6 @@ class JobService:
         job = self.store.get_job(job_id)
         if job["state"] == JobState.STARTING.value:
             self.store.set_state(job_id, JobState.RUNNING, reason, now=self.clock())
-            self._notify()
 
     async def job_elastic(self, job_id: str) -> None:
         """The job's program announced the elastic runtime: it may now be resized in place,
@@ -284,7 +278,6 @@ class JobService:
         job = self.store.get_job(job_id)
         if job["state"] in (JobState.STARTING.value, JobState.RUNNING.value):
             self.store.set_elastic(job_id, "the elastic runtime started", now=self.clock())
-            self._notify()
             await self.reschedule()
 
     async def job_lost(self, job_id: str, why: str, log_tail: str = "") -> None:
@@ -317,7 +310,6 @@ class JobService:
             tail = f"; its log ends: {log_tail}" if log_tail else ""
             self.store.set_state(job_id, JobState.FAILED, f"{why}; {detail}{tail}", now=now)
             self.progress.forget(job_id)
-        self._notify()
         await self.reschedule()
 
     async def job_exited(self, job_id: str, succeeded: bool, reason: str) -> None:
@@ -329,7 +321,6 @@ class JobService:
         state = JobState.SUCCEEDED if succeeded else JobState.FAILED
         self.store.set_state(job_id, state, reason, now=self.clock())
         self.progress.forget(job_id)
-        self._notify()
         await self.reschedule()
 
     def add_metrics(self, batches: dict[str, list[dict[str, Any]]]) -> None:
@@ -338,7 +329,6 @@ class JobService:
         self.store.add_metrics_many(batches, now=self.clock())
         for job_id, records in batches.items():
             self.progress.observe(job_id, records)
-        self._notify()
 
     # restart ------------------------------------------------------------------------------
 
@@ -378,7 +368,6 @@ class JobService:
                     now=now,
                 )
                 outcome["failed"].append(job["id"])
-        self._notify()
         await self.reschedule()
         return outcome
 
@@ -421,8 +410,6 @@ class JobService:
                 if order.action == "suspend":
                     releasing |= set(holds)
                 applied.append(order)
-            if applied:
-                self._notify()
             return applied
 
     def _progress_of(
@@ -485,7 +472,6 @@ class JobService:
             self.store.set_devices(job_id, [], f"suspended: {how}, GPUs released", now=now)
             self.store.set_state(job_id, JobState.QUEUED, "waiting for GPUs", now=now)
         del self._suspending[job_id]
-        self._notify()
         try:
             await self.reschedule()
         except Exception:
@@ -498,9 +484,6 @@ class JobService:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-    def _notify(self) -> None:
-        self.feed.notify()
 
 
 def _remove_tree(root: Path) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,9 @@ class MetricRow(Base):
 
 
 class JobStore:
-    """All reads and writes of job records. Each method is one transaction."""
+    """All reads and writes of job records. Each method is one transaction; after each
+    committed change the store calls its listeners (the live feed publishes then), so no
+    caller can forget to announce a change."""
 
     def __init__(self, url: str, *, metrics_cap: int = 10_000) -> None:
         if metrics_cap < 4:
@@ -144,7 +147,20 @@ class JobStore:
         self.engine = _open_engine(url)
         self._unchecked: dict[str, int] = {}  # metric records added since the last trim
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+        self._listeners: list[Callable[[], None]] = []
         self._prepare()
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after every committed change."""
+        self._listeners.append(listener)
+
+    @contextmanager
+    def _change(self) -> Iterator[Session]:
+        """A write transaction; once it has committed, the listeners hear of it."""
+        with self._session.begin() as s:
+            yield s
+        for listener in self._listeners:
+            listener()
 
     def _prepare(self) -> None:
         try:
@@ -194,7 +210,7 @@ class JobStore:
             elastic=False,
             restarts=0,
         )
-        with self._session.begin() as s:
+        with self._change() as s:
             s.add(job)
             s.flush()
             s.add(_event(job.id, now, "state", {"state": job.state, "reason": "submitted"}))
@@ -218,7 +234,7 @@ class JobStore:
     def delete_job(self, job_id: str) -> dict[str, Any]:
         """Remove the job's record with its events and metric records, in one transaction;
         returns the record as it was. The caller stops the job first (``JobService.delete``)."""
-        with self._session.begin() as s:
+        with self._change() as s:
             job = self._row(s, job_id).to_dict()
             s.execute(delete(MetricRow).where(MetricRow.job_id == job_id))
             s.execute(delete(EventRow).where(EventRow.job_id == job_id))
@@ -240,7 +256,7 @@ class JobStore:
 
         A job that starts is rigid until its new processes announce the elastic runtime."""
         now = time.time() if now is None else now
-        with self._session.begin() as s:
+        with self._change() as s:
             job = self._row(s, job_id)
             check_transition(JobState(job.state), state)
             job.state = state.value
@@ -264,7 +280,7 @@ class JobStore:
     def set_elastic(self, job_id: str, reason: str, *, now: float | None = None) -> dict[str, Any]:
         """The job's program announced the elastic runtime: from now on it can be resized."""
         now = time.time() if now is None else now
-        with self._session.begin() as s:
+        with self._change() as s:
             job = self._row(s, job_id)
             if not job.elastic:
                 job.elastic = True
@@ -276,7 +292,7 @@ class JobStore:
         self, job_id: str, devices: Sequence[str], reason: str, *, now: float | None = None
     ) -> dict[str, Any]:
         now = time.time() if now is None else now
-        with self._session.begin() as s:
+        with self._change() as s:
             job = self._row(s, job_id)
             if list(devices) != list(job.devices):
                 job.devices = list(devices)
@@ -295,7 +311,7 @@ class JobStore:
         now: float | None = None,
     ) -> dict[str, Any]:
         now = time.time() if now is None else now
-        with self._session.begin() as s:
+        with self._change() as s:
             job = self._row(s, job_id)
             if JobState(job.state).terminal:
                 raise InvalidTransition(
@@ -361,7 +377,7 @@ class JobStore:
         the thinned history).
         """
         now = time.time() if now is None else now
-        with self._session.begin() as s:
+        with self._change() as s:
             for job_id, records in batches.items():
                 self._row(s, job_id)
                 s.add_all(MetricRow(job_id=job_id, time=now, values=dict(r)) for r in records)
