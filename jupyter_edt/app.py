@@ -11,7 +11,7 @@ from pathlib import Path
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider, User
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Bool, Enum, Float, Int, List, Unicode, default, observe, validate
+from traitlets import Bool, Enum, Float, Int, List, Type, Unicode, default, observe, validate
 from traitlets.utils.importstring import import_item
 
 from . import __version__
@@ -21,6 +21,7 @@ from .compat.plugin import WMLAPlugin
 from .jobs.runner import DriverRunner
 from .jobs.service import JobService
 from .jobs.store import JobStore
+from .launch.base import Launcher
 from .launch.local import LocalLauncher
 from .scheduling.inventory import Inventory, VirtualInventory, open_inventory
 from .scheduling.monitor import InventoryMonitor
@@ -65,6 +66,14 @@ class EDTApp(ExtensionApp):
         between each user's jobs), 'priority' (higher priority first, equal ones fairly),
         'goodput' (spare GPUs where they speed a job up most), or the import path of a
         `jupyter_edt.scheduling.policy.Policy` subclass of your own.""",
+    )
+
+    launcher_class = Type(
+        default_value=LocalLauncher,
+        klass=Launcher,
+        config=True,
+        help="""Where the job service starts each job's driver: a `jupyter_edt.launch.base.Launcher`
+        subclass (or its import path). The default runs it as a process on this machine.""",
     )
 
     database_url = Unicode(
@@ -230,7 +239,7 @@ class EDTApp(ExtensionApp):
             store,
             self.monitor,
             DriverRunner(
-                LocalLauncher(),
+                self.launcher_class(),
                 self.jobs_dir,
                 driver_module=self.driver_module,
                 plugins=[WMLAPlugin(Path(self.jobs_dir) / ".fabric")],  # WMLA programs run as-is
