@@ -50,7 +50,10 @@ node_modules/.install-stamp: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
+# lib/ is rebuilt from scratch: a module left there by an older layout (lib/api.js beside the new
+# lib/api/) would shadow the new one.
 jupyter_edt/labextension/package.json: node_modules/.install-stamp $(FRONTEND_SOURCES)
+	npm run clean:lib
 	npm run build
 	touch $@
 
