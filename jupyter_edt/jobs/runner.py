@@ -257,7 +257,7 @@ class DriverRunner:
         try:
             while handle.returncode is None:
                 status = d.read_status() or {}
-                if not running and status.get("state") in ("running", "suspending"):
+                if not running and status.get("state") == "running":
                     running = True
                     await service.job_running(job_id, "processes started")
                 if not elastic and status.get("elastic"):

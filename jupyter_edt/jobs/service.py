@@ -292,16 +292,8 @@ class JobService:
         if step is not None and job["restarts"] < self.max_restarts:
             where = self.progress.describe_step(job_id, step)
             n = job["restarts"] + 1
-            self.store.set_state(job_id, JobState.SUSPENDED, why, now=now)
-            self.store.set_devices(job_id, [], why, now=now)
-            self.store.set_state(
-                job_id,
-                JobState.QUEUED,
-                f"{why}; resumes from its checkpoint at {where} (restart {n} of "
-                f"{self.max_restarts})",
-                now=now,
-                restart=True,
-            )
+            resume = f"resumes from its checkpoint at {where} (restart {n} of {self.max_restarts})"
+            self._requeue_lost(job_id, why, f"{why}; {resume}", now, restart=True)
         else:
             if step is None:
                 detail = "no checkpoint to resume from"
@@ -350,14 +342,12 @@ class JobService:
                 outcome["reattached"].append(job["id"])
                 continue
             if resume_lost:
-                self.store.set_state(job["id"], JobState.SUSPENDED, "processes lost", now=now)
-                self.store.set_devices(job["id"], [], "processes lost", now=now)
-                self.store.set_state(
+                self._requeue_lost(
                     job["id"],
-                    JobState.QUEUED,
+                    "processes lost",
                     "its processes were gone after a server restart; it resumes from its "
                     "last checkpoint",
-                    now=now,
+                    now,
                 )
                 outcome["resumed"].append(job["id"])
             else:
@@ -370,6 +360,15 @@ class JobService:
                 outcome["failed"].append(job["id"])
         await self.reschedule()
         return outcome
+
+    def _requeue_lost(
+        self, job_id: str, why: str, reason: str, now: float, *, restart: bool = False
+    ) -> None:
+        """A job whose processes are gone waits for devices again: SUSPENDED (`why`), its
+        devices released, then QUEUED (`reason`), to resume from its newest checkpoint."""
+        self.store.set_state(job_id, JobState.SUSPENDED, why, now=now)
+        self.store.set_devices(job_id, [], why, now=now)
+        self.store.set_state(job_id, JobState.QUEUED, reason, now=now, restart=restart)
 
     # scheduling ---------------------------------------------------------------------------
 
