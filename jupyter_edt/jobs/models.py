@@ -62,6 +62,8 @@ class SpecError(ValueError):
 
 MAX_NAME = 200
 MAX_GPUS_LIMIT = 1024
+# Higher is served first; the API, the CLI, the magics and the UI all take this range.
+PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Variables the launcher owns: a job may not redirect its own result or log directories.
 RESERVED_ENV = frozenset(
@@ -127,7 +129,7 @@ class JobSpec:
         min_gpus = _int(data, "min_gpus", 1, MAX_GPUS_LIMIT, default=1)
         if min_gpus > max_gpus:
             raise SpecError("min_gpus", f"must not exceed max_gpus ({max_gpus}), got {min_gpus}")
-        priority = _int(data, "priority", -1000, 1000, default=0)
+        priority = _int(data, "priority", PRIORITY_MIN, PRIORITY_MAX, default=0)
         name = _str(data, "name", default="")
         if len(name) > MAX_NAME:
             raise SpecError("name", f"must be at most {MAX_NAME} characters")
@@ -180,7 +182,7 @@ def parse_limits(data: Any) -> dict[str, int]:
             raise SpecError(str(key), "only priority and max_gpus can change")
     limits = {}
     if "priority" in data:
-        limits["priority"] = _int(data, "priority", -1000, 1000)
+        limits["priority"] = _int(data, "priority", PRIORITY_MIN, PRIORITY_MAX)
     if "max_gpus" in data:
         limits["max_gpus"] = _int(data, "max_gpus", 1, MAX_GPUS_LIMIT)
     return limits
