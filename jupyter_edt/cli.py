@@ -15,9 +15,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .notebook.client import EDTClient, failure_report, parse_env_pairs
+from .notebook.client import EDTClient, failure_report
 from .notebook.discovery import HOW_TO_CONFIGURE
 from .notebook.errors import EDTError
+from .notebook.submit_options import add_submit_options, job_options
 from .notebook.table import JobTable
 
 PROG = "jupyter edt"
@@ -44,21 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     submit.add_argument("program", help="A .py file, a directory, or '-' for stdin")
     submit.add_argument("--entrypoint", help="The file to run (default: the script, or main.py)")
-    submit.add_argument(
-        "--files", nargs="+", action="append", metavar="PATH", help="Extra files next to it"
-    )
-    submit.add_argument("--name", help="Job name (default: the script's name)")
-    submit.add_argument("--max-gpus", type=int, default=1, help="Most GPUs to use (default 1)")
-    submit.add_argument("--min-gpus", type=int, default=1, help="Fewest GPUs (default 1)")
-    submit.add_argument("--priority", type=int, default=0, help="-1000..1000 (default 0)")
-    submit.add_argument("--epochs", type=int, help="Sets EDT_EPOCHS")
-    submit.add_argument("--effective-batch-size", type=int, help="Sets EDT_EFFECTIVE_BATCH_SIZE")
-    submit.add_argument("--checkpoint-every", type=int, help="Sets EDT_CHECKPOINT_EVERY")
-    submit.add_argument("--data-dir", help="Sets EDT_DATA_DIR (made absolute)")
-    submit.add_argument(
-        "--env", nargs="+", action="append", metavar="K=V", help="Program environment variables"
-    )
-    submit.add_argument("--wait", action="store_true", help="Wait for the end, with progress")
+    add_submit_options(submit, name_default="the script's name")
 
     listing = commands.add_parser("list", help="List jobs, newest first")
     listing.add_argument("--state", action="append", help="Keep this state (repeatable)")
@@ -108,18 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _submit(client: EDTClient, args: argparse.Namespace, program_args: list[str]) -> int:
-    env = parse_env_pairs(args.env)
-    data_dir = os.path.abspath(os.path.expanduser(args.data_dir)) if args.data_dir else None
     options: dict[str, Any] = {
-        "max_gpus": args.max_gpus,
-        "min_gpus": args.min_gpus,
-        "priority": args.priority,
+        **job_options(args),
         "args": program_args,
-        "env": env,
-        "epochs": args.epochs,
-        "effective_batch_size": args.effective_batch_size,
-        "checkpoint_every": args.checkpoint_every,
-        "data_dir": data_dir,
         "entrypoint": args.entrypoint,
         "files": [p for group in args.files or [] for p in group],
     }

@@ -149,3 +149,26 @@ def test_jupyter_dispatches_edt_to_the_console_script():
     assert "usage: jupyter edt" in done.stdout
     for command in ("submit", "list", "logs", "cancel", "download"):
         assert command in done.stdout
+
+
+def test_submit_takes_the_magics_options_with_the_same_defaults_and_help():
+    """One table declares the options of `jupyter edt submit` and of `%%edt_submit`."""
+    from jupyter_edt.cli import build_parser
+    from jupyter_edt.notebook.magics import EDTMagics
+
+    cli = build_parser()._subparsers._group_actions[0].choices["submit"]
+    magic = EDTMagics.edt_submit.parser
+
+    def options(parser):
+        return {
+            action.option_strings[-1]: (action.default, action.help)
+            for action in parser._actions
+            if action.option_strings and action.dest not in ("help", "entrypoint")
+        }
+
+    cli_options, magic_options = options(cli), options(magic)
+    assert cli_options.keys() == magic_options.keys()
+    for flag, (default, help_) in cli_options.items():
+        assert default == magic_options[flag][0], flag
+        assert flag == "--name" or help_ == magic_options[flag][1], flag
+    assert "-1000..1000" in cli_options["--priority"][1]

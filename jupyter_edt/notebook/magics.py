@@ -50,23 +50,15 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .client import EDTClient, Job, failure_report, parse_env_pairs
+from .client import EDTClient, Job, failure_report
 from .errors import BadRequest, EDTError
+from .submit_options import SUBMIT_OPTIONS, job_options, submit_option_error
 from .table import JobTable
 
 # The server's field names, as the magic's options spell them (for 400 answers).
 OPTION_OF_FIELD = {
-    "max_gpus": "--max-gpus",
-    "min_gpus": "--min-gpus",
-    "priority": "--priority",
-    "name": "--name",
-    "env": "--env",
-    "epochs": "--epochs",
-    "effective_batch_size": "--effective-batch-size",
-    "checkpoint_every": "--checkpoint-every",
-    "data_dir": "--data-dir",
+    **{option.dest: option.flag for option in SUBMIT_OPTIONS},
     "code": "the cell",
-    "files": "--files",
     "file": "--files",
 }
 
@@ -115,9 +107,13 @@ def check_compiles(cell: str) -> None:
         ) from None
 
 
-def _at_least(low: int, option: str, value: int | None) -> None:
-    if value is not None and value < low:
-        raise UsageError(f"{option} must be at least {low}, got {value}")
+def submit_arguments(magic: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the submit options of :data:`SUBMIT_OPTIONS` to a magic as its ``@argument``
+    decorators, in the table's order (the CLI adds the same rows to its parser)."""
+    for option in reversed(SUBMIT_OPTIONS):
+        arguments = option.arguments(name_default="the notebook's name")
+        magic = argument(option.flag, **arguments)(magic)
+    return magic
 
 
 @magics_class
@@ -164,39 +160,7 @@ class EDTMagics(Magics):
 
     @cell_magic
     @magic_arguments()
-    @argument("--name", default=None, help="Job name (default: the notebook's name)")
-    @argument("--max-gpus", type=int, default=1, help="Most GPUs the job may use (default 1)")
-    @argument("--min-gpus", type=int, default=1, help="Fewest GPUs to start with (default 1)")
-    @argument("--priority", type=int, default=0, help="-1000..1000; higher first (default 0)")
-    @argument("--epochs", type=int, default=None, help="Sets EDT_EPOCHS for Trainer.fit")
-    @argument(
-        "--effective-batch-size",
-        type=int,
-        default=None,
-        help="Sets EDT_EFFECTIVE_BATCH_SIZE: samples per update, whatever the GPU count",
-    )
-    @argument(
-        "--checkpoint-every",
-        type=int,
-        default=None,
-        help="Sets EDT_CHECKPOINT_EVERY: epochs between checkpoints (0: none)",
-    )
-    @argument("--data-dir", default=None, help="Sets EDT_DATA_DIR: where the program reads data")
-    @argument(
-        "--env",
-        nargs="+",
-        action="append",
-        metavar="K=V",
-        help="Environment variables for the program (repeatable)",
-    )
-    @argument(
-        "--files",
-        nargs="+",
-        action="append",
-        metavar="PATH",
-        help="Files or folders to place next to the program, by their base name (repeatable)",
-    )
-    @argument("--wait", action="store_true", help="Block until the job finishes, with progress")
+    @submit_arguments
     @_usage_errors
     def edt_submit(self, line: str, cell: str) -> Any:
         """Submit this cell's code as an elastic training job.
@@ -204,35 +168,20 @@ class EDTMagics(Magics):
         See the module docstring for how options reach the program and their precedence.
         """
         args = parse_line(self.edt_submit, line)
-        _at_least(1, "--max-gpus", args.max_gpus)
-        _at_least(1, "--min-gpus", args.min_gpus)
-        if args.min_gpus > args.max_gpus:
-            raise UsageError(
-                f"--min-gpus ({args.min_gpus}) must not exceed --max-gpus ({args.max_gpus})"
-            )
-        if not -1000 <= args.priority <= 1000:
-            raise UsageError(f"--priority must be between -1000 and 1000, got {args.priority}")
-        _at_least(1, "--epochs", args.epochs)
-        _at_least(1, "--effective-batch-size", args.effective_batch_size)
-        _at_least(0, "--checkpoint-every", args.checkpoint_every)
-        env = parse_env_pairs(args.env)
+        problem = submit_option_error(args)
+        if problem is not None:
+            raise UsageError(problem)
+        options = job_options(args)
         if not cell.strip():
             raise UsageError("The cell is empty: there is no program to submit.")
         check_compiles(cell)
-        data_dir = os.path.abspath(os.path.expanduser(args.data_dir)) if args.data_dir else None
+        # The kernel's paths: no shell expanded a ~ in them.
         files = [os.path.expanduser(p) for group in args.files or [] for p in group]
         job = self.client.submit(
             code=cell,
             files=files,
             name=default_name() if args.name is None else args.name,
-            max_gpus=args.max_gpus,
-            min_gpus=args.min_gpus,
-            priority=args.priority,
-            env=env,
-            epochs=args.epochs,
-            effective_batch_size=args.effective_batch_size,
-            checkpoint_every=args.checkpoint_every,
-            data_dir=data_dir,
+            **options,
         )
         if args.wait:
             return self._wait(job)
