@@ -20,6 +20,14 @@ export const TERMINAL_STATES: ReadonlySet<string> = new Set([
   'CANCELLED'
 ]);
 
+/**
+ * The priority range a job takes, higher served first: the server's
+ * PRIORITY_MIN and PRIORITY_MAX (jupyter_edt/jobs/models.py), written once here
+ * for the submit dialog, the job panel and the job tab.
+ */
+export const PRIORITY_MIN = -1000;
+export const PRIORITY_MAX = 1000;
+
 /** A job as GET jobs/{id} describes it. */
 export interface IJobInfo {
   id: string;

@@ -239,7 +239,7 @@ export class JobController implements IDisposable {
     return this._act(() => this._api.cancelJob(this.jobId));
   }
 
-  /** Change the job's priority (-1000..1000). */
+  /** Change the job's priority (PRIORITY_MIN..PRIORITY_MAX). */
   setPriority(priority: number): Promise<void> {
     return this._act(() => this._api.patchJob(this.jobId, { priority }));
   }

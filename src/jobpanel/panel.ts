@@ -12,7 +12,7 @@ import { LossChart } from '../charts/loss';
 import type { IProgress } from '../charts/series';
 import { el } from '../dom';
 import { ALL_LOGS, type JobController } from './controller';
-import { plannedEpochs, runtimeMode } from '../api';
+import { PRIORITY_MAX, PRIORITY_MIN, plannedEpochs, runtimeMode } from '../api';
 
 /** Options of a job panel. */
 export interface IJobPanelOptions {
@@ -127,7 +127,11 @@ export class JobPanel {
 
     // Controls.
     const controls = el('div', 'jp-edt-job-controls');
-    this._priority = this._numberInput('jp-edt-job-priority', -1000, 1000);
+    this._priority = this._numberInput(
+      'jp-edt-job-priority',
+      PRIORITY_MIN,
+      PRIORITY_MAX
+    );
     this._maxGpus = this._numberInput('jp-edt-job-max-gpus', 1, 4096);
     this._priority.addEventListener('change', () => {
       const value = Number(this._priority.value);

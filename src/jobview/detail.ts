@@ -11,6 +11,8 @@ import { Widget } from '@lumino/widgets';
 import type { Message } from '@lumino/messaging';
 
 import {
+  PRIORITY_MAX,
+  PRIORITY_MIN,
   downloadUrl,
   listArtifacts,
   type IArtifact,
@@ -40,7 +42,7 @@ export const dialogConfirm: IConfirm = {
   cancel: confirmCancelDialog,
   async priority(current) {
     const result = await InputDialog.getNumber({
-      title: 'Change priority (-1000 to 1000; higher is served first)',
+      title: `Change priority (${PRIORITY_MIN} to ${PRIORITY_MAX}; higher is served first)`,
       value: current,
       okLabel: 'Change priority'
     });

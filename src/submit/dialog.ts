@@ -9,6 +9,8 @@ import type { Contents } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
 import {
+  PRIORITY_MAX,
+  PRIORITY_MIN,
   reasonMessage,
   submitJob,
   type IJobSubmission,
@@ -34,8 +36,8 @@ export class SubmitForm
       'number',
       'jp-edt-submit-priority'
     );
-    this._priority.min = '-1000';
-    this._priority.max = '1000';
+    this._priority.min = String(PRIORITY_MIN);
+    this._priority.max = String(PRIORITY_MAX);
     this._priority.value = String(defaults.priority ?? 0);
     this._args = this._input('Arguments', 'text', 'jp-edt-submit-args');
     this._args.placeholder = '--epochs 3 --lr 0.1';

@@ -4,7 +4,7 @@
  * `!shell`) cannot run in a plain Python worker, so they are kept as comments
  * and the job's line numbers still point at the cell's code. Pure functions.
  */
-import type { IJobSubmission } from '../api';
+import { PRIORITY_MAX, PRIORITY_MIN, type IJobSubmission } from '../api/types';
 
 /** The notebook shape read here (nbformat 4). */
 export interface INotebookLike {
@@ -72,10 +72,10 @@ export function checkForm(form: ISubmitForm): string | null {
   }
   if (
     !Number.isInteger(form.priority) ||
-    form.priority < -1000 ||
-    form.priority > 1000
+    form.priority < PRIORITY_MIN ||
+    form.priority > PRIORITY_MAX
   ) {
-    return 'Priority must be a whole number from -1000 to 1000.';
+    return `Priority must be a whole number from ${PRIORITY_MIN} to ${PRIORITY_MAX}.`;
   }
   return null;
 }
