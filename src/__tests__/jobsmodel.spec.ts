@@ -89,7 +89,10 @@ function setup(server: Map<string, IJobInfo>) {
 
 describe('JobsModel', () => {
   let model: JobsModel;
-  afterEach(() => model?.dispose());
+  afterEach(() => {
+    model?.dispose();
+    jest.restoreAllMocks();
+  });
 
   it('connects only while active, and then for every job', async () => {
     const env = setup(new Map([['a', job('a')]]));
@@ -142,6 +145,9 @@ describe('JobsModel', () => {
   });
 
   it('backs off exponentially while the server is away', async () => {
+    // Lumino's Poll draws each backoff delay at random up to its nominal
+    // value: pin the draw at the top, so the nominal delays are exact.
+    jest.spyOn(Math, 'random').mockReturnValue(0.9999);
     const env = setup(new Map());
     model = env.model;
     model.setActive(true);

@@ -148,10 +148,16 @@ async function settle(): Promise<void> {
 }
 
 describe('EventStream', () => {
-  afterEach(() => jest.useRealTimers());
+  afterEach(() => {
+    jest.useRealTimers();
+    jest.restoreAllMocks();
+  });
 
   it('delivers the job events, skips others, and resumes after the last id', async () => {
     jest.useFakeTimers();
+    // Lumino's Poll draws each backoff delay at random up to its nominal
+    // value: pin the draw at the top, so the nominal delays are exact.
+    jest.spyOn(Math, 'random').mockReturnValue(0.9999);
     const { sockets, connect } = fakeConnect();
     const received: IJobEvent[] = [];
     const statuses: string[] = [];
@@ -180,21 +186,21 @@ describe('EventStream', () => {
     // The connection drops: reconnect after 100 ms, then 200, 400, 400 ms.
     sockets[0].drop();
     expect(stream.status).toBe('reconnecting');
-    jest.advanceTimersByTime(99);
+    await jest.advanceTimersByTimeAsync(99);
     expect(sockets).toHaveLength(1);
-    jest.advanceTimersByTime(1);
+    await jest.advanceTimersByTimeAsync(1);
     expect(sockets).toHaveLength(2);
     expect(sockets[1].after).toBe(3);
     sockets[1].drop();
-    jest.advanceTimersByTime(199);
+    await jest.advanceTimersByTimeAsync(199);
     expect(sockets).toHaveLength(2);
-    jest.advanceTimersByTime(1);
+    await jest.advanceTimersByTimeAsync(1);
     expect(sockets).toHaveLength(3);
     sockets[2].drop();
-    jest.advanceTimersByTime(400);
+    await jest.advanceTimersByTimeAsync(400);
     expect(sockets).toHaveLength(4);
     sockets[3].drop();
-    jest.advanceTimersByTime(400);
+    await jest.advanceTimersByTimeAsync(400);
     expect(sockets).toHaveLength(5);
     // An open connection resets the backoff; a replayed id is not repeated.
     sockets[4].open();
@@ -209,11 +215,11 @@ describe('EventStream', () => {
     stream.stop();
     expect(sockets[4].closed).toBe(true);
     expect(stream.status).toBe('closed');
-    jest.advanceTimersByTime(10_000);
+    await jest.advanceTimersByTimeAsync(10_000);
     expect(sockets).toHaveLength(5);
   });
 
-  it('replaces a connection that went silent', () => {
+  it('replaces a connection that went silent', async () => {
     jest.useFakeTimers();
     const { sockets, connect } = fakeConnect();
     const stream = new EventStream({
@@ -225,13 +231,13 @@ describe('EventStream', () => {
     });
     stream.start();
     sockets[0].open();
-    jest.advanceTimersByTime(900);
+    await jest.advanceTimersByTimeAsync(900);
     sockets[0].deliver({ kind: 'keepalive' });
-    jest.advanceTimersByTime(900);
+    await jest.advanceTimersByTimeAsync(900);
     expect(sockets).toHaveLength(1);
-    jest.advanceTimersByTime(100);
+    await jest.advanceTimersByTimeAsync(100);
     expect(sockets[0].closed).toBe(true);
-    jest.advanceTimersByTime(10);
+    await jest.advanceTimersByTimeAsync(10);
     expect(sockets).toHaveLength(2);
     stream.stop();
   });
@@ -332,7 +338,7 @@ describe('JobController', () => {
 
     // A dropped connection resumes after the last event.
     socket.drop();
-    jest.advanceTimersByTime(10);
+    await jest.advanceTimersByTimeAsync(10);
     expect(sockets.sockets[1].after).toBe(6);
 
     // The job ends: the feed closes, the last metrics and logs are read.

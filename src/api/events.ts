@@ -2,10 +2,13 @@
  * The events WebSocket: its URL, the socket factory, and `EventStream`, a view
  * of the feed (one job's, or every job's) that reconnects with exponential
  * backoff and resumes after the last event id seen, so nothing is lost or
- * repeated across a dropped connection or a server restart.
+ * repeated across a dropped connection or a server restart. The reconnections
+ * are a Lumino `Poll` and the silence watchdog a Lumino `Debouncer`: no
+ * hand-rolled timers.
  */
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
+import { Debouncer, Poll } from '@lumino/polling';
 
 import { API_NAMESPACE } from './client';
 import type { IJobEvent } from './types';
@@ -81,14 +84,40 @@ export interface IEventStreamOptions {
   silenceTimeout?: number;
 }
 
-/** The events of one job, from a resumable WebSocket. */
+/**
+ * The events of one job, from a resumable WebSocket.
+ *
+ * Each tick of its `Poll` is one connection, whose promise settles when the
+ * connection ends: resolved when it had opened (the next one follows after
+ * `minDelay`, the backoff starting over), rejected when it failed before
+ * opening (the poll backs off, up to `maxDelay`, with Lumino's jitter). The
+ * first connection opens at once, in `start()`. Whether a stream should exist
+ * at all (a view shown, the page visible) is its owner's decision: the poll
+ * never stands by on its own.
+ */
 export class EventStream {
   constructor(options: IEventStreamOptions) {
     this._options = options;
     this._lastId = options.after ?? 0;
-    this._minDelay = options.minDelay ?? 500;
-    this._maxDelay = options.maxDelay ?? 30_000;
-    this._delay = this._minDelay;
+    const interval = options.minDelay ?? 500;
+    const frequency = {
+      interval,
+      backoff: 2,
+      max: Math.max(interval, options.maxDelay ?? 30_000)
+    };
+    this._poll = new Poll({
+      auto: false,
+      factory: () => this._connect(),
+      frequency,
+      name: `jupyter-edt:events:${options.jobId ?? 'all'}`,
+      standby: 'never'
+    });
+    // The constructor raises `max` to at least Lumino's default (30 s); the
+    // setter takes it as given.
+    this._poll.frequency = frequency;
+    const silence = options.silenceTimeout ?? 60_000;
+    this._watchdog =
+      silence > 0 ? new Debouncer(() => this._onSilence(), silence) : null;
   }
 
   /** The last event id received (of any job): where a reconnection resumes. */
@@ -100,67 +129,87 @@ export class EventStream {
     return this._status;
   }
 
-  /** The delay before the next reconnection, in ms. */
+  /**
+   * The delay before the next reconnection, in ms: the one scheduled while
+   * reconnecting, otherwise the first one after a drop.
+   */
   get reconnectDelay(): number {
-    return this._delay;
+    return this._status === 'reconnecting'
+      ? this._poll.state.interval
+      : this._poll.frequency.interval;
   }
 
-  /** Connect (a no-op when connected or stopped). */
+  /** Connect (a no-op when started before or stopped). */
   start(): void {
-    if (this._stopped || this._socket) {
+    if (this._started || this._poll.isDisposed) {
       return;
     }
-    this._open();
+    this._started = true;
+    // The first connection opens now; the poll times the ones after it.
+    const next = { interval: this._poll.frequency.interval };
+    void this._connect().then(
+      () => this._poll.schedule({ ...next, phase: 'resolved' }),
+      () => this._poll.schedule({ ...next, phase: 'rejected' })
+    );
   }
 
   /** Close for good. */
   stop(): void {
-    if (this._stopped) {
+    if (this._poll.isDisposed) {
       return;
     }
-    this._stopped = true;
-    this._clearTimers();
-    const socket = this._socket;
-    this._socket = null;
-    if (socket) {
-      socket.onopen = socket.onmessage = socket.onclose = socket.onerror = null;
-      try {
-        socket.close();
-      } catch {
-        // already closed
-      }
-    }
+    this._poll.dispose();
+    this._watchdog?.dispose();
+    this._close();
     this._setStatus('closed');
   }
 
-  private _open(): void {
-    this._setStatus(this._everOpened ? 'reconnecting' : 'connecting');
-    let socket: ISocketLike;
-    try {
-      // '' asks for every job's events (eventsUrl then sends no job_id).
-      socket = this._options.connect(this._lastId, this._options.jobId ?? '');
-    } catch {
-      this._scheduleReconnect();
-      return;
-    }
-    this._socket = socket;
-    socket.onopen = () => {
-      this._everOpened = true;
-      this._delay = this._minDelay;
-      this._setStatus('open');
-      this._watch();
-    };
-    socket.onmessage = event => this._receive(event.data);
-    socket.onerror = () => {
-      // onclose follows and reconnects
-    };
-    socket.onclose = () => {
-      if (this._socket !== socket) {
+  /**
+   * One connection: settles when it ends, resolved if it had opened. A
+   * connection that `stop()` or the watchdog closes settles too.
+   */
+  private _connect(): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this._setStatus(this._everOpened ? 'reconnecting' : 'connecting');
+      let socket: ISocketLike;
+      try {
+        // '' asks for every job's events (eventsUrl then sends no job_id).
+        socket = this._options.connect(this._lastId, this._options.jobId ?? '');
+      } catch (reason) {
+        this._setStatus('reconnecting');
+        reject(reason);
         return;
       }
-      this._socket = null;
-      this._scheduleReconnect();
-    };
+      let opened = false;
+      this._socket = socket;
+      this._ended = () => {
+        this._ended = null;
+        void this._watchdog?.stop();
+        if (opened) {
+          resolve();
+        } else {
+          reject(new Error('The events connection closed before it opened.'));
+        }
+      };
+      socket.onopen = () => {
+        opened = true;
+        this._everOpened = true;
+        this._setStatus('open');
+        this._watch();
+      };
+      socket.onmessage = event => this._receive(event.data);
+      socket.onerror = () => {
+        // onclose follows and ends the connection
+      };
+      socket.onclose = () => {
+        if (this._socket !== socket) {
+          return;
+        }
+        this._socket = null;
+        this._setStatus('reconnecting');
+        this._ended?.();
+      };
+    });
   }
 
   private _receive(data: unknown): void {
@@ -193,58 +242,35 @@ export class EventStream {
     this._options.onEvent(event);
   }
 
-  private _scheduleReconnect(): void {
-    this._clearTimers();
-    if (this._stopped) {
-      return;
+  /** (Re)arm the silence watchdog: heard from the server now. */
+  private _watch(): void {
+    if (this._watchdog && !this._poll.isDisposed) {
+      void this._watchdog.invoke();
     }
-    this._setStatus('reconnecting');
-    const delay = this._delay;
-    this._delay = Math.min(this._maxDelay, this._delay * 2);
-    this._retryTimer = setTimeout(() => {
-      this._retryTimer = null;
-      if (!this._stopped) {
-        this._open();
-      }
-    }, delay);
   }
 
-  /** (Re)arm the silence watchdog. */
-  private _watch(): void {
-    const timeout = this._options.silenceTimeout ?? 60_000;
-    if (this._silenceTimer !== null) {
-      clearTimeout(this._silenceTimer);
-      this._silenceTimer = null;
-    }
-    if (timeout <= 0 || this._stopped) {
+  /** The connection went silent: take it as dead, and replace it. */
+  private _onSilence(): void {
+    if (this._socket === null || this._poll.isDisposed) {
       return;
     }
-    this._silenceTimer = setTimeout(() => {
-      this._silenceTimer = null;
-      const socket = this._socket;
-      if (!socket) {
-        return;
-      }
-      this._socket = null;
+    this._close();
+    this._setStatus('reconnecting');
+  }
+
+  /** Close the socket without its handlers; end its connection. */
+  private _close(): void {
+    const socket = this._socket;
+    this._socket = null;
+    if (socket) {
       socket.onopen = socket.onmessage = socket.onclose = socket.onerror = null;
       try {
         socket.close();
       } catch {
         // already closed
       }
-      this._scheduleReconnect();
-    }, timeout);
-  }
-
-  private _clearTimers(): void {
-    if (this._retryTimer !== null) {
-      clearTimeout(this._retryTimer);
-      this._retryTimer = null;
     }
-    if (this._silenceTimer !== null) {
-      clearTimeout(this._silenceTimer);
-      this._silenceTimer = null;
-    }
+    this._ended?.();
   }
 
   private _setStatus(status: ConnectionStatus): void {
@@ -255,14 +281,13 @@ export class EventStream {
   }
 
   private readonly _options: IEventStreamOptions;
-  private readonly _minDelay: number;
-  private readonly _maxDelay: number;
-  private _delay: number;
+  private readonly _poll: Poll;
+  private readonly _watchdog: Debouncer | null;
   private _lastId: number;
   private _socket: ISocketLike | null = null;
+  /** Settles the connection in progress (the poll's tick, or the first one). */
+  private _ended: (() => void) | null = null;
   private _status: ConnectionStatus = 'closed';
-  private _stopped = false;
+  private _started = false;
   private _everOpened = false;
-  private _retryTimer: ReturnType<typeof setTimeout> | null = null;
-  private _silenceTimer: ReturnType<typeof setTimeout> | null = null;
 }
