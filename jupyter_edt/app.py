@@ -249,7 +249,6 @@ class EDTApp(ExtensionApp):
             admin_users=self.admin_users,
             max_restarts=self.max_restarts,
         )
-        self.job_service.runner.attach(self.job_service)
 
     async def _start_jupyter_server_extension(self, serverapp: object) -> None:
         outcome = await self.job_service.recover(resume_lost=self.resume_lost_jobs)

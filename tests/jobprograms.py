@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+from jupyter_edt.jobs.models import Job
+
 DEADLINE_S = 180.0
 
 
@@ -43,7 +45,9 @@ def program(epochs: int, *, samples: int = 48, batch: int = 8, delay: float = 0.
     )
 
 
-def elastic(job: dict) -> bool:
+def elastic(job: Job | dict) -> bool:
     """Running and resizable in place: its program's elastic runtime has announced itself
-    (until then a job is rigid, and the allocator leaves its devices as they are)."""
-    return job["state"] == "RUNNING" and job["elastic"]
+    (until then a job is rigid, and the allocator leaves its devices as they are). `job`: a
+    record from the store, or its JSON from the API."""
+    record = job.to_dict() if isinstance(job, Job) else job
+    return record["state"] == "RUNNING" and record["elastic"]

@@ -20,7 +20,7 @@ from jobprograms import DEADLINE_S
 from test_recovery import start_service
 from test_recovery import stop_service as stop_recovery_service
 
-from jupyter_edt.jobs.models import JobSpec, JobState
+from jupyter_edt.jobs.models import JobSpec
 from jupyter_edt.jobs.service import JobService
 from jupyter_edt.runtime.jobdir import JobDir, process_start_time
 
@@ -69,8 +69,8 @@ SLEEPER = "import time\nwhile True:\n    time.sleep(0.05)\n"
 async def stop_service(service: JobService) -> None:
     """Cancel what still runs (no job outlives its test), then stop as a shutdown does."""
     for job in service.store.list_jobs():
-        if not JobState(job["state"]).terminal:
-            await service.cancel(job["user"], job["id"])
+        if not job.state.terminal:
+            await service.cancel(job.user, job.id)
     await stop_recovery_service(service)
 
 
@@ -115,9 +115,9 @@ async def test_a_killed_driver_resumes_from_its_checkpoint_and_ends_as_an_uninte
     service = start_service(tmp_path)
     try:
         job = await service.submit("alice", JobSpec(max_gpus=2, code=PROGRAM))
-        first = await kill_driver_when(service, job["id"], mid_run)
+        first = await kill_driver_when(service, job.id, mid_run)
         requeued = await wait_until(
-            lambda: (j := service.store.get_job(job["id"]))["restarts"] == 1 and j,
+            lambda: (j := service.store.get_job(job.id)).restarts == 1 and j,
             "went back to the queue",
             interval=0.01,
         )
@@ -127,8 +127,7 @@ async def test_a_killed_driver_resumes_from_its_checkpoint_and_ends_as_an_uninte
         )
         done = await wait_until(
             lambda: (
-                (j := service.store.get_job(job["id"]))["state"]
-                in ("SUCCEEDED", "FAILED", "CANCELLED")
+                (j := service.store.get_job(job.id)).state in ("SUCCEEDED", "FAILED", "CANCELLED")
                 and j
             ),
             "finished",
@@ -136,9 +135,9 @@ async def test_a_killed_driver_resumes_from_its_checkpoint_and_ends_as_an_uninte
         )
     finally:
         await stop_service(service)
-    assert done["state"] == "SUCCEEDED", done["reason"]
-    assert done["restarts"] == 1 and requeued["restarts"] == 1
-    said = reasons(service, job["id"])
+    assert done.state == "SUCCEEDED", done.reason
+    assert done.restarts == 1 and requeued.restarts == 1
+    said = reasons(service, job.id)
     assert "driver killed by SIGKILL" in said
     resumed = [r for r in said if r.startswith("driver killed by SIGKILL; resumes from")]
     assert len(resumed) == 1 and "(restart 1 of 3)" in resumed[0], said
@@ -154,7 +153,7 @@ async def test_a_killed_driver_resumes_from_its_checkpoint_and_ends_as_an_uninte
         check=True,
         timeout=DEADLINE_S,
     )
-    ours = torch.load(service.runner.result_dir(job["id"]) / MODEL)
+    ours = torch.load(service.runner.result_dir(job.id) / MODEL)
     theirs = torch.load(reference / MODEL)
     assert ours.keys() == theirs.keys()
     for name in ours:
@@ -167,33 +166,33 @@ async def test_a_killed_driver_without_a_checkpoint_fails_the_job_saying_how(tmp
     try:
         job = await service.submit("alice", JobSpec(max_gpus=2, code=SLEEPER))
         status = await kill_driver_when(
-            service, job["id"], lambda d: (d.read_status() or {}).get("state") == "running"
+            service, job.id, lambda d: (d.read_status() or {}).get("state") == "running"
         )
         done = await wait_until(
-            lambda: (j := service.store.get_job(job["id"]))["state"] == "FAILED" and j, "failed"
+            lambda: (j := service.store.get_job(job.id)).state == "FAILED" and j, "failed"
         )
         await wait_until(
             lambda: not any(alive(p) for p in status["pids"].values()), "stopped the workers"
         )
     finally:
         await stop_service(service)
-    assert done["reason"].startswith("driver killed by SIGKILL; no checkpoint to resume from")
-    assert done["restarts"] == 0 and done["elastic"] is False
+    assert done.reason.startswith("driver killed by SIGKILL; no checkpoint to resume from")
+    assert done.restarts == 0 and done.elastic is False
 
 
 async def test_past_max_restarts_a_killed_driver_fails_the_job(tmp_path):
     service = start_service(tmp_path, max_restarts=0)
     try:
         job = await service.submit("alice", JobSpec(max_gpus=1, code=PROGRAM))
-        await kill_driver_when(service, job["id"], mid_run)
+        await kill_driver_when(service, job.id, mid_run)
         done = await wait_until(
-            lambda: (j := service.store.get_job(job["id"]))["state"] == "FAILED" and j, "failed"
+            lambda: (j := service.store.get_job(job.id)).state == "FAILED" and j, "failed"
         )
     finally:
         await stop_service(service)
-    assert done["reason"].startswith(
+    assert done.reason.startswith(
         "driver killed by SIGKILL; restarted 0 time(s) already, the most allowed"
-    ), done["reason"]
+    ), done.reason
 
 
 async def test_a_driver_that_reports_the_jobs_failure_fails_it_without_a_restart(tmp_path):
@@ -202,12 +201,12 @@ async def test_a_driver_that_reports_the_jobs_failure_fails_it_without_a_restart
     try:
         job = await service.submit("alice", JobSpec(max_gpus=1, code="raise ValueError('bad')"))
         done = await wait_until(
-            lambda: (j := service.store.get_job(job["id"]))["state"] == "FAILED" and j, "failed"
+            lambda: (j := service.store.get_job(job.id)).state == "FAILED" and j, "failed"
         )
     finally:
         await stop_service(service)
-    assert done["restarts"] == 0
-    assert done["reason"].startswith("exit code 1: ") and "ValueError: bad" in done["reason"]
+    assert done.restarts == 0
+    assert done.reason.startswith("exit code 1: ") and "ValueError: bad" in done.reason
 
 
 async def test_max_restarts_must_not_be_negative(tmp_path):

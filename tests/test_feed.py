@@ -20,7 +20,7 @@ async def test_a_burst_wakes_subscribers_once_and_old_cursors_read_the_store(tmp
     feed = EventFeed(store, keep=3)
     changed = feed.changed()
     for step in range(5):
-        store.add_metrics(before["id"], [{"step": step}])
+        store.add_metrics(before.id, [{"step": step}])
         feed.notify()
     assert not changed.is_set()  # coalesced: published once, a moment later
     await asyncio.wait_for(changed.wait(), 5)
@@ -48,7 +48,7 @@ async def test_every_committed_change_publishes_itself(tmp_path):
     store = JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}")
     feed = EventFeed(store)
     changed = feed.changed()
-    job_id = store.create_job("ana", JobSpec(code="pass", max_gpus=1))["id"]
+    job_id = store.create_job("ana", JobSpec(code="pass", max_gpus=1)).id
     await asyncio.wait_for(changed.wait(), 5)
     for change in (
         lambda: store.set_state(job_id, JobState.STARTING, "given 1 GPU(s)"),

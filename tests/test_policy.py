@@ -544,19 +544,8 @@ def test_orders_free_devices_before_another_job_takes_them():
         for g in range(2)
     ]
     jobs = [
-        {
-            "id": job_id,
-            "user": job_id,
-            "state": "RUNNING",
-            "min_gpus": 1,
-            "max_gpus": 2,
-            "priority": 0,
-            "created": created,
-            "devices": held,
-            "rescaled": None,
-            "elastic": True,
-        }
-        for job_id, created, held in (("a", 0.0, ["n0g0", "n1g0"]), ("b", 1.0, ["n0g1", "n2g0"]))
+        JobDemand(job_id, job_id, max_gpus=2, submitted=created, current=held)
+        for job_id, created, held in (("a", 0.0, ("n0g0", "n1g0")), ("b", 1.0, ("n0g1", "n2g0")))
     ]
     orders = plan(jobs, devices, "fair-share", now=0.0, min_rescale_interval=0.0)
     assert [(o.job_id, o.action, o.devices) for o in orders] == [

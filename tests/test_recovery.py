@@ -41,7 +41,6 @@ def start_service(tmp_path, policy: PolicyName = "fair-share", **options) -> Job
         min_rescale_interval=0.0,
         **options,
     )
-    runner.attach(service)
     return service
 
 
@@ -66,20 +65,20 @@ async def wait_until(service: JobService, job_id: str, condition, what: str) -> 
 async def test_a_running_job_is_reattached_and_finishes(tmp_path):
     first = start_service(tmp_path)
     job = await first.submit("alice", JobSpec(code=program(epochs=4, delay=0.02), max_gpus=2))
-    await wait_until(first, job["id"], elastic, "ran")
-    status = JobDir(tmp_path / "jobs" / job["id"]).read_status()
+    await wait_until(first, job.id, elastic, "ran")
+    status = JobDir(tmp_path / "jobs" / job.id).read_status()
     await stop_service(first)
 
     stale = tmp_path / "jobs" / ".uploads" / "interrupted"
     stale.mkdir(parents=True)  # an upload the old server never finished
     second = start_service(tmp_path)
     outcome = await second.recover()
-    assert outcome == {"reattached": [job["id"]], "resumed": [], "failed": []}
+    assert outcome == {"reattached": [job.id], "resumed": [], "failed": []}
     assert not stale.exists()
-    done = await wait_until(second, job["id"], lambda j: j["state"] != "RUNNING", "finished")
-    assert done["state"] == "SUCCEEDED", done["reason"]
+    done = await wait_until(second, job.id, lambda j: j.state != "RUNNING", "finished")
+    assert done.state == "SUCCEEDED", done.reason
     assert process_start_time(status["pid"]) is None
-    metrics = second.store.metrics(job["id"])
+    metrics = second.store.metrics(job.id)
     assert metrics and metrics[-1]["type"] == "epoch" and metrics[-1]["epoch"] == 3
     await stop_service(second)
 
@@ -87,11 +86,11 @@ async def test_a_running_job_is_reattached_and_finishes(tmp_path):
 async def test_a_job_whose_processes_died_resumes_from_its_checkpoint(tmp_path):
     first = start_service(tmp_path)
     job = await first.submit("alice", JobSpec(code=program(epochs=6, delay=0.02), max_gpus=2))
-    job_dir = JobDir(tmp_path / "jobs" / job["id"])
+    job_dir = JobDir(tmp_path / "jobs" / job.id)
     checkpoints = job_dir.result / "checkpoint"
     await wait_until(
         first,
-        job["id"],
+        job.id,
         lambda j: checkpoints.is_dir() and any(checkpoints.glob("*.pt")),
         "checkpointed",
     )
@@ -103,13 +102,11 @@ async def test_a_job_whose_processes_died_resumes_from_its_checkpoint(tmp_path):
 
     second = start_service(tmp_path)
     outcome = await second.recover()
-    assert outcome["resumed"] == [job["id"]]
-    history = [e["state"] for e in second.store.events(job_id=job["id"]) if e["kind"] == "state"]
+    assert outcome["resumed"] == [job.id]
+    history = [e["state"] for e in second.store.events(job_id=job.id) if e["kind"] == "state"]
     assert history[-3:] == ["SUSPENDED", "QUEUED", "STARTING"]  # back in line, then restarted
-    done = await wait_until(
-        second, job["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED"), "ended"
-    )
-    assert done["state"] == "SUCCEEDED", done["reason"]
+    done = await wait_until(second, job.id, lambda j: j.state in ("SUCCEEDED", "FAILED"), "ended")
+    assert done.state == "SUCCEEDED", done.reason
     resumed = [
         json.loads(line)
         for path in job_dir.logs.glob("events-*.jsonl")
@@ -118,7 +115,7 @@ async def test_a_job_whose_processes_died_resumes_from_its_checkpoint(tmp_path):
     ]
     assert resumed and all(e["global_step"] > 0 for e in resumed)
     await stop_service(second)
-    assert JobState(done["state"]).terminal
+    assert JobState(done.state).terminal
 
 
 async def test_a_suspension_cut_short_by_a_restart_releases_the_gpus_after_the_checkpoint(
@@ -126,32 +123,30 @@ async def test_a_suspension_cut_short_by_a_restart_releases_the_gpus_after_the_c
 ):
     first = start_service(tmp_path, "priority")
     low = await first.submit("alice", JobSpec(code=program(epochs=1000, delay=0.02), max_gpus=2))
-    low_dir = JobDir(tmp_path / "jobs" / low["id"])
-    await wait_until(first, low["id"], elastic, "ran")
+    low_dir = JobDir(tmp_path / "jobs" / low.id)
+    await wait_until(first, low.id, elastic, "ran")
     high = await first.submit(
         "bob", JobSpec(code=program(epochs=1), min_gpus=2, max_gpus=2, priority=5)
     )
     # the submission returned at once; low checkpoints, holding its GPUs until it has
-    assert high["state"] == "QUEUED" and high["devices"] == []
-    suspending = first.store.get_job(low["id"])
-    assert suspending["state"] == "SUSPENDED" and len(suspending["devices"]) == 2
+    assert high.state == "QUEUED" and high.devices == ()
+    suspending = first.store.get_job(low.id)
+    assert suspending.state == "SUSPENDED" and len(suspending.devices) == 2
     driver = low_dir.read_status()["pid"]
     await stop_service(first)  # the server stops while low's driver checkpoints
 
     second = start_service(tmp_path, "priority")
     await second.recover()
-    done = await wait_until(
-        second, high["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED"), "ran"
-    )
-    assert done["state"] == "SUCCEEDED", done["reason"]
+    done = await wait_until(second, high.id, lambda j: j.state in ("SUCCEEDED", "FAILED"), "ran")
+    assert done.state == "SUCCEEDED", done.reason
     assert process_start_time(driver) is None  # low's driver finished its suspension first
     events = second.store.events()
-    released = next(e for e in events if e["job_id"] == low["id"] and e.get("devices") == [])
+    released = next(e for e in events if e["job_id"] == low.id and e.get("devices") == [])
     assert released["reason"] == "suspended: checkpoint written, GPUs released"
-    admitted = next(e for e in events if e["job_id"] == high["id"] and e.get("devices"))
+    admitted = next(e for e in events if e["job_id"] == high.id and e.get("devices"))
     assert released["id"] < admitted["id"]
     assert any((low_dir.result / "checkpoint").glob("*.pt"))
-    back = await wait_until(second, low["id"], elastic, "resumed")
-    assert len(back["devices"]) == 2
-    await second.cancel("alice", low["id"])
+    back = await wait_until(second, low.id, elastic, "resumed")
+    assert len(back.devices) == 2
+    await second.cancel("alice", low.id)
     await stop_service(second)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 
 import pytest
@@ -29,16 +30,16 @@ def spec(**kw):
 def test_jobs_survive_a_restart_with_their_history(db_url):
     first = JobStore(db_url)
     job = first.create_job("ana", spec(name="mnist"), now=1.0)
-    first.set_state(job["id"], JobState.STARTING, "devices free", now=2.0)
-    first.set_devices(job["id"], ["vgpu0", "vgpu1"], "admitted", now=2.5)
-    first.set_state(job["id"], JobState.RUNNING, "workers up", now=3.0)
+    first.set_state(job.id, JobState.STARTING, "devices free", now=2.0)
+    first.set_devices(job.id, ["vgpu0", "vgpu1"], "admitted", now=2.5)
+    first.set_state(job.id, JobState.RUNNING, "workers up", now=3.0)
     first.close()
 
     second = JobStore(db_url)
-    again = second.get_job(job["id"])
-    assert again["state"] == "RUNNING"
-    assert again["devices"] == ["vgpu0", "vgpu1"]
-    assert again["spec"]["code"] == "print(1)"
+    again = second.get_job(job.id)
+    assert again.state == "RUNNING"
+    assert again.devices == ("vgpu0", "vgpu1")
+    assert again.spec.code == "print(1)"
     kinds = [(e["kind"], e.get("state"), e.get("devices")) for e in second.events()]
     assert kinds == [
         ("state", "QUEUED", None),
@@ -51,49 +52,49 @@ def test_jobs_survive_a_restart_with_their_history(db_url):
 
 def test_finishing_releases_devices_and_is_final(store):
     job = store.create_job("ana", spec())
-    store.set_state(job["id"], JobState.STARTING, "go")
-    store.set_devices(job["id"], ["g0"], "admitted")
-    store.set_state(job["id"], JobState.RUNNING, "workers up")
-    done = store.set_state(job["id"], JobState.SUCCEEDED, "exit 0")
-    assert done["devices"] == [] and done["finished"] is not None
-    assert store.events(job_id=job["id"])[-2]["devices"] == []
+    store.set_state(job.id, JobState.STARTING, "go")
+    store.set_devices(job.id, ["g0"], "admitted")
+    store.set_state(job.id, JobState.RUNNING, "workers up")
+    done = store.set_state(job.id, JobState.SUCCEEDED, "exit 0")
+    assert done.devices == () and done.finished is not None
+    assert store.events(job_id=job.id)[-2]["devices"] == []
     with pytest.raises(InvalidTransition, match="SUCCEEDED cannot become RUNNING"):
-        store.set_state(job["id"], JobState.RUNNING, "again")
+        store.set_state(job.id, JobState.RUNNING, "again")
     with pytest.raises(InvalidTransition, match="has finished"):
-        store.update_limits(job["id"], priority=3)
+        store.update_limits(job.id, priority=3)
 
 
 def test_events_resume_from_a_cursor_and_filter_by_user(store):
     a = store.create_job("ana", spec())
     cursor = store.events()[-1]["id"]
     b = store.create_job("bo", spec())
-    store.update_limits(a["id"], priority=4, max_gpus=3)
+    store.update_limits(a.id, priority=4, max_gpus=3)
     newer = store.events(after=cursor)
-    assert [e["job_id"] for e in newer] == [b["id"], a["id"]]
+    assert [e["job_id"] for e in newer] == [b.id, a.id]
     assert newer[1] == {**newer[1], "kind": "limits", "priority": 4, "max_gpus": 3}
-    assert {e["job_id"] for e in store.events(user="bo")} == {b["id"]}
+    assert {e["job_id"] for e in store.events(user="bo")} == {b.id}
 
 
 def test_list_filters_by_user_and_state(store):
     a = store.create_job("ana", spec(), now=1.0)
     b = store.create_job("ana", spec(), now=2.0)
     store.create_job("bo", spec(), now=3.0)
-    store.set_state(a["id"], JobState.CANCELLED, "by user")
-    assert [j["id"] for j in store.list_jobs(user="ana")] == [b["id"], a["id"]]
-    assert [j["id"] for j in store.list_jobs(user="ana", states=[JobState.QUEUED])] == [b["id"]]
+    store.set_state(a.id, JobState.CANCELLED, "by user")
+    assert [j.id for j in store.list_jobs(user="ana")] == [b.id, a.id]
+    assert [j.id for j in store.list_jobs(user="ana", states=[JobState.QUEUED])] == [b.id]
 
 
 def test_metrics_are_thinned_past_the_cap_keeping_the_newest(store):
     job = store.create_job("ana", spec())
     for step in range(100):
-        store.add_metrics(job["id"], [{"step": step, "loss": 1.0 / (step + 1)}])
-    kept = store.metrics(job["id"])
+        store.add_metrics(job.id, [{"step": step, "loss": 1.0 / (step + 1)}])
+    kept = store.metrics(job.id)
     steps = [m["step"] for m in kept]
     assert len(kept) <= 40
     assert steps == sorted(steps)
     assert steps[-10:] == list(range(90, 100))  # the newest stay at full resolution
     assert steps[0] == 0  # the start of the curve survives
-    after = store.metrics(job["id"], after=kept[-3]["id"])
+    after = store.metrics(job.id, after=kept[-3]["id"])
     assert [m["step"] for m in after] == [98, 99]
 
 
@@ -101,18 +102,18 @@ def test_deleting_a_job_removes_its_record_events_and_metrics_only(store):
     gone = store.create_job("ana", spec())
     kept = store.create_job("ana", spec())
     for job in (gone, kept):
-        store.add_metrics(job["id"], [{"step": 0, "loss": 1.0}])
-    store.set_state(gone["id"], JobState.CANCELLED, "by ana")
-    assert store.delete_job(gone["id"])["state"] == "CANCELLED"
+        store.add_metrics(job.id, [{"step": 0, "loss": 1.0}])
+    store.set_state(gone.id, JobState.CANCELLED, "by ana")
+    assert store.delete_job(gone.id).state == "CANCELLED"
     with pytest.raises(UnknownJob):
-        store.get_job(gone["id"])
+        store.get_job(gone.id)
     with pytest.raises(UnknownJob):
-        store.metrics(gone["id"])
-    assert {e["job_id"] for e in store.events()} == {kept["id"]}
-    assert [j["id"] for j in store.list_jobs()] == [kept["id"]]
-    assert [m["step"] for m in store.metrics(kept["id"])] == [0]
+        store.metrics(gone.id)
+    assert {e["job_id"] for e in store.events()} == {kept.id}
+    assert [j.id for j in store.list_jobs()] == [kept.id]
+    assert [m["step"] for m in store.metrics(kept.id)] == [0]
     with pytest.raises(UnknownJob):
-        store.delete_job(gone["id"])
+        store.delete_job(gone.id)
 
 
 def test_unknown_job_is_a_clear_error(store):
@@ -125,8 +126,8 @@ def test_unknown_job_is_a_clear_error(store):
 def test_lowering_max_below_min_is_refused_and_nothing_changes(store):
     job = store.create_job("ana", spec(min_gpus=2, max_gpus=4))
     with pytest.raises(ValueError, match="at least the job's min_gpus"):
-        store.update_limits(job["id"], max_gpus=1)
-    assert store.get_job(job["id"])["max_gpus"] == 4
+        store.update_limits(job.id, max_gpus=1)
+    assert store.get_job(job.id).max_gpus == 4
 
 
 def test_a_file_that_is_not_sqlite_is_refused_and_left_alone(tmp_path):
@@ -167,7 +168,7 @@ def test_a_version_1_database_is_upgraded_in_place_keeping_its_jobs(tmp_path):
     path = tmp_path / "edt.sqlite"
     store = JobStore(f"sqlite:///{path}")
     job = store.create_job("alice", JobSpec(max_gpus=2, code="print(1)"), now=5.0)
-    store.set_state(job["id"], JobState.STARTING, "given 2 GPU(s)", now=6.0)
+    store.set_state(job.id, JobState.STARTING, "given 2 GPU(s)", now=6.0)
     events = store.events()
     store.close()
     db = sqlite3.connect(path)
@@ -178,11 +179,11 @@ def test_a_version_1_database_is_upgraded_in_place_keeping_its_jobs(tmp_path):
     db.close()
 
     store = JobStore(f"sqlite:///{path}")
-    again = store.get_job(job["id"])
-    assert again["elastic"] is False and again["restarts"] == 0
-    assert {k: v for k, v in again.items() if k not in ("elastic", "restarts")} == {
-        k: v for k, v in job.items() if k not in ("elastic", "restarts", "state", "reason")
-    } | {"state": "STARTING", "reason": "given 2 GPU(s)", "updated": 6.0}
+    again = store.get_job(job.id)
+    assert again.elastic is False and again.restarts == 0
+    assert again == dataclasses.replace(
+        job, state=JobState.STARTING, reason="given 2 GPU(s)", updated=6.0
+    )
     assert store.events() == events
     store.close()
     version = sqlite3.connect(path).execute("select value from edt_meta").fetchone()
@@ -220,31 +221,31 @@ def test_bad_specs_name_the_field(body, field, message):
 def test_metrics_reach_the_event_feed_and_the_feed_stays_bounded(store):
     job = store.create_job("ana", spec())
     cursor = store.events()[-1]["id"]
-    store.add_metrics(job["id"], [{"step": 0, "loss": 2.0}, {"step": 1, "loss": 1.5}])
+    store.add_metrics(job.id, [{"step": 0, "loss": 2.0}, {"step": 1, "loss": 1.5}])
     (event,) = store.events(after=cursor)
     assert event["kind"] == "metrics"
     assert [r["loss"] for r in event["records"]] == [2.0, 1.5]
     for step in range(2, 100):
-        store.add_metrics(job["id"], [{"step": step, "loss": 1.0}])
-    feed = [e for e in store.events(job_id=job["id"]) if e["kind"] == "metrics"]
+        store.add_metrics(job.id, [{"step": step, "loss": 1.0}])
+    feed = [e for e in store.events(job_id=job.id) if e["kind"] == "metrics"]
     assert len(feed) == 40  # the cap
     assert feed[-1]["records"][0]["step"] == 99
-    assert store.events(job_id=job["id"])[0]["kind"] == "state"  # other events stay
+    assert store.events(job_id=job.id)[0]["kind"] == "state"  # other events stay
 
 
 def test_a_job_is_rigid_until_announced_again_at_each_start_and_counts_its_restarts(tmp_path):
     store = JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}")
     job = store.create_job("alice", JobSpec(max_gpus=1, code="x"), now=1.0)
-    assert job["elastic"] is False and job["restarts"] == 0
-    store.set_state(job["id"], JobState.STARTING, "given 1 GPU(s)", now=2.0)
-    store.set_state(job["id"], JobState.RUNNING, "processes started", now=2.5)
-    assert store.set_elastic(job["id"], "the elastic runtime started", now=3.0)["elastic"]
-    store.set_elastic(job["id"], "again", now=3.5)  # once is recorded once
-    store.set_state(job["id"], JobState.SUSPENDED, "driver killed by SIGKILL", now=4.0)
-    queued = store.set_state(job["id"], JobState.QUEUED, "resumes", now=4.0, restart=True)
-    assert queued["restarts"] == 1 and queued["elastic"] is True
-    started = store.set_state(job["id"], JobState.STARTING, "given 1 GPU(s)", now=5.0)
-    assert started["elastic"] is False and started["restarts"] == 1  # its new processes
+    assert job.elastic is False and job.restarts == 0
+    store.set_state(job.id, JobState.STARTING, "given 1 GPU(s)", now=2.0)
+    store.set_state(job.id, JobState.RUNNING, "processes started", now=2.5)
+    assert store.set_elastic(job.id, "the elastic runtime started", now=3.0).elastic
+    store.set_elastic(job.id, "again", now=3.5)  # once is recorded once
+    store.set_state(job.id, JobState.SUSPENDED, "driver killed by SIGKILL", now=4.0)
+    queued = store.set_state(job.id, JobState.QUEUED, "resumes", now=4.0, restart=True)
+    assert queued.restarts == 1 and queued.elastic is True
+    started = store.set_state(job.id, JobState.STARTING, "given 1 GPU(s)", now=5.0)
+    assert started.elastic is False and started.restarts == 1  # its new processes
     kinds = [(e["kind"], e.get("elastic"), e.get("restarts")) for e in store.events()]
     assert kinds.count(("elastic", True, None)) == 1
     assert ("state", None, 1) in kinds and ("state", False, None) in kinds

@@ -11,7 +11,8 @@ import pytest
 
 from jupyter_edt.compat.plugin import WMLAPlugin
 from jupyter_edt.compat.wmla import EXEC_KIND, ExecInfo, exec_annotations, exec_info
-from jupyter_edt.jobs.models import JobSpec, SpecError
+from jupyter_edt.jobs.models import Job, JobSpec, SpecError
+from jupyter_edt.jobs.store import JobStore
 from jupyter_edt.runtime.jobdir import JobDir
 from jupyter_edt.runtime.worker import WORKER_SETUP_ENV, run_setup
 
@@ -19,16 +20,20 @@ NATIVE = JobSpec.from_dict({"code": "print(1)", "max_gpus": 1})
 EXEC = dataclasses.replace(NATIVE, kind=EXEC_KIND, annotations=exec_annotations("mnist", "--x"))
 
 
-def job(spec: JobSpec) -> dict:
-    return {"id": "j1", "spec": spec.to_dict()}
+def job(spec: JobSpec) -> Job:
+    """The job's record as the store returns it, with a known id."""
+    store = JobStore("sqlite://")
+    record = dataclasses.replace(store.create_job("ana", spec), id="j1")
+    store.close()
+    return record
 
 
 def test_an_exec_is_marked_by_its_kind_and_stored_execs_by_their_old_env_markers():
-    assert exec_info(EXEC.to_dict()) == ExecInfo("mnist", "--x")
-    assert exec_info(NATIVE.to_dict()) is None
+    assert exec_info(EXEC) == ExecInfo("mnist", "--x")
+    assert exec_info(NATIVE) is None
     legacy = {**NATIVE.to_dict(), "env": {"EDT_WMLA_MODEL_DIR": "m", "EDT_WMLA_ARGS": "a"}}
     del legacy["kind"], legacy["annotations"]  # a record stored before the fields existed
-    assert exec_info(legacy) == ExecInfo("m", "a")
+    assert exec_info(JobSpec.from_stored(legacy)) == ExecInfo("m", "a")
 
 
 @pytest.mark.parametrize("field", ["kind", "annotations"])

@@ -22,7 +22,7 @@ class JobsHandler(EDTHandler):
         owner = self.get_argument("user", None)
         with api_errors():
             jobs = self.service.list(self.user_name, states=parsed, owner=owner)
-        self.write_json({"jobs": jobs})
+        self.write_json({"jobs": [job.to_dict() for job in jobs]})
 
     @web.authenticated
     @authorized
@@ -30,8 +30,8 @@ class JobsHandler(EDTHandler):
         with api_errors():
             spec = JobSpec.from_dict(self.json_body())
             job = await self.service.submit(self.user_name, spec)
-        self.set_header("Location", self.request.path.rstrip("/") + "/" + job["id"])
-        self.write_json(job, status=201)
+        self.set_header("Location", self.request.path.rstrip("/") + "/" + job.id)
+        self.write_json(job.to_dict(), status=201)
 
 
 class JobHandler(EDTHandler):
@@ -39,20 +39,22 @@ class JobHandler(EDTHandler):
     @authorized
     async def get(self, job_id: str) -> None:
         with api_errors():
-            self.write_json(self.service.get(self.user_name, job_id))
+            self.write_json(self.service.get(self.user_name, job_id).to_dict())
 
     @web.authenticated
     @authorized
     async def patch(self, job_id: str) -> None:
         with api_errors():
             limits = parse_limits(self.json_body())
-            self.write_json(await self.service.update(self.user_name, job_id, **limits))
+            job = await self.service.update(self.user_name, job_id, **limits)
+        self.write_json(job.to_dict())
 
     @web.authenticated
     @authorized
     async def delete(self, job_id: str) -> None:
         with api_errors():
-            self.write_json(await self.service.cancel(self.user_name, job_id))
+            job = await self.service.cancel(self.user_name, job_id)
+        self.write_json(job.to_dict())
 
 
 class MetricsHandler(EDTHandler):
@@ -61,9 +63,8 @@ class MetricsHandler(EDTHandler):
     async def get(self, job_id: str) -> None:
         after = _int_argument(self, "after") or 0
         with api_errors():
-            self.service.get(self.user_name, job_id)
             # no id is larger than the store's integers, whose limit a query must not exceed
-            records = self.service.store.metrics(job_id, after=min(after, LAST_ID))
+            records = self.service.metrics(self.user_name, job_id, after=min(after, LAST_ID))
         cursor = records[-1]["id"] if records else after
         self.write_json({"metrics": records, "cursor": cursor})
 

@@ -232,8 +232,8 @@ class SubmitHandler(JobsHandler):
                 self._upload,
                 max_bytes=self.max_upload_bytes,
             )
-        self.set_header("Location", self.request.path.rstrip("/") + "/" + job["id"])
-        self.write_json(job, status=201)
+        self.set_header("Location", self.request.path.rstrip("/") + "/" + job.id)
+        self.write_json(job.to_dict(), status=201)
 
     def _received_form(self) -> UploadForm:
         """The whole multipart body, checked: an error met while it streamed in, or at its

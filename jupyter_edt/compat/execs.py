@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..jobs.logs import MAX_CHUNK
-from ..jobs.models import JobSpec, SpecError
+from ..jobs.models import Job, JobSpec, SpecError
 from ..jobs.service import JobService
 from ..jobs.store import UnknownJob
 from .execargs import parse_exec_args
@@ -51,28 +51,29 @@ class Execs:
 
     # views ---------------------------------------------------------------------------------
 
-    def view(self, job: dict[str, Any]) -> dict[str, Any]:
-        info = exec_info(job["spec"])
+    def view(self, job: Job) -> dict[str, Any]:
+        """An exec as WMLA's API shows it."""
+        info = exec_info(job.spec)
         return {
-            "id": job["id"],
-            "submissionId": job["id"],
-            "state": exec_state(job),
-            "appName": job["name"],
+            "id": job.id,
+            "submissionId": job.id,
+            "state": exec_state(job.state, job.reason),
+            "appName": job.name,
             "elastic": True,
-            "numWorker": job["max_gpus"],
-            "runningWorkers": len(job["devices"]),
-            "workDir": str(self.service.runner.result_dir(job["id"])),
+            "numWorker": job.max_gpus,
+            "runningWorkers": len(job.devices),
+            "workDir": str(self.service.runner.result_dir(job.id)),
             "framework": "edtPyTorch",
-            "createTime": _iso(job["created"]),
-            "endTime": _iso(job.get("finished")),
+            "createTime": _iso(job.created),
+            "endTime": _iso(job.finished),
             "args": info.args if info is not None else "",
-            "user": job["user"],
-            "message": job.get("reason") or "",
+            "user": job.user,
+            "message": job.reason,
         }
 
-    def _job(self, user: str, exec_id: str) -> dict[str, Any]:
+    def _job(self, user: str, exec_id: str) -> Job:
         job = self.service.get(user, exec_id)
-        if exec_info(job["spec"]) is None:
+        if exec_info(job.spec) is None:
             raise UnknownJob(exec_id)  # a native job: not an exec
         return job
 
@@ -80,7 +81,7 @@ class Execs:
         return self.view(self._job(user, exec_id))
 
     def list(self, user: str) -> list[dict[str, Any]]:
-        return [self.view(j) for j in self.service.list(user) if exec_info(j["spec"]) is not None]
+        return [self.view(j) for j in self.service.list(user) if exec_info(j.spec) is not None]
 
     # commands ------------------------------------------------------------------------------
 

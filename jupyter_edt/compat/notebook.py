@@ -65,7 +65,7 @@ def submit_and_wait(
         code=code, name=f"{type(fm.model).__name__}-fabric", max_gpus=engines_number
     )
     job.wait(timeout=timeout, progress=True, stream=stream)
-    state = exec_state(job.data)
+    state = exec_state(job.data["state"], job.data.get("reason") or "")
     print(f"Job {job.id} finishes with state {state}.", file=stream)
     if state in ("FAILED", "ERROR"):  # say why, as the magics do, so the cell is enough
         print(failure_report(job), file=stream)

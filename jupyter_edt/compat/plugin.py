@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..jobs.models import Job
 from ..jobs.plugins import WORKER_SETUP_ENV
 from .fabric_home import ensure_fabric_home
 from .formats import EMETRICS_PATTERNS, emetrics_records
@@ -29,25 +30,25 @@ class WMLAPlugin:
         #: FABRIC_HOME: its libs/fabric.zip lets WMLA programs import FabricModel
         self.fabric_home = Path(fabric_home)
 
-    def environment(self, job: Mapping[str, Any], job_dir: JobDir) -> dict[str, str]:
+    def environment(self, job: Job, job_dir: JobDir) -> dict[str, str]:
         """WMLA's names for every job (a native job may be a WMLA program too); an exec's
         workers each get their own LOG_DIR."""
         env = {
             "SAVED_MODEL_DIR": str(job_dir.result / "model"),
             "RESUME_WEIGHT_PATH": str(job_dir.checkpoints),
             "FABRIC_HOME": str(self.fabric_home),
-            "DLI_EXECID": job["id"],
+            "DLI_EXECID": job.id,
             "DLI_IS_ELASTIC": "true",
             "DLI_WORK_DIR": str(job_dir.code),
         }
-        if exec_info(job["spec"]) is not None:
+        if exec_info(job.spec) is not None:
             env[WORKER_SETUP_ENV] = _WORKER_SETUP
         return env
 
-    def prepare(self, job: Mapping[str, Any], job_dir: JobDir) -> None:
+    def prepare(self, job: Job, job_dir: JobDir) -> None:
         """FABRIC_HOME for every job; an exec keeps a copy of its code in its results."""
         ensure_fabric_home(self.fabric_home)
-        info = exec_info(job["spec"])
+        info = exec_info(job.spec)
         if info is not None:
             copy = submitted_code_dir(job_dir.result, info.model_dir)
             if not copy.exists():

@@ -8,9 +8,10 @@ environment markers (``LEGACY_MODEL_DIR``, ``LEGACY_ARGS``); both are read.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from ..jobs.models import JobSpec, JobState
 
 EXEC_KIND = "wmla-exec"
 LEGACY_MODEL_DIR = "EDT_WMLA_MODEL_DIR"
@@ -38,14 +39,12 @@ def exec_annotations(model_dir: str, args: str) -> dict[str, str]:
     return {"model_dir": model_dir, "args": args}
 
 
-def exec_info(spec: Mapping[str, Any]) -> ExecInfo | None:
+def exec_info(spec: JobSpec) -> ExecInfo | None:
     """The exec's model dir and args; None for a job that is no exec."""
-    if spec.get("kind") == EXEC_KIND:
-        notes = spec.get("annotations") or {}
-        return ExecInfo(notes["model_dir"], notes.get("args", ""))
-    env = spec.get("env") or {}
-    if LEGACY_MODEL_DIR in env:
-        return ExecInfo(env[LEGACY_MODEL_DIR], env.get(LEGACY_ARGS, ""))
+    if spec.kind == EXEC_KIND:
+        return ExecInfo(spec.annotations["model_dir"], spec.annotations.get("args", ""))
+    if LEGACY_MODEL_DIR in spec.env:
+        return ExecInfo(spec.env[LEGACY_MODEL_DIR], spec.env.get(LEGACY_ARGS, ""))
     return None
 
 
@@ -70,17 +69,18 @@ def use_process_log_dir() -> None:
     os.environ["LOG_DIR"] = str(log_dir)
 
 
-def exec_state(job: dict[str, Any]) -> str:
-    """A job's state in WMLA's names (see ``compat.execs``)."""
-    state, reason = job["state"], job.get("reason") or ""
-    if state in ("QUEUED", "SUSPENDED"):
+def exec_state(state: JobState | str, reason: str) -> str:
+    """A job's state (and the reason it got it) in WMLA's names (see ``compat.execs``); from
+    a record in the server, or from the API's JSON in a kernel."""
+    state = JobState(state)
+    if state in (JobState.QUEUED, JobState.SUSPENDED):
         return "PENDING_CRD_SCHEDULER"
-    if state == "STARTING":
+    if state == JobState.STARTING:
         return "SUBMITTED"
-    if state == "SUCCEEDED":
+    if state == JobState.SUCCEEDED:
         return "FINISHED"
-    if state == "FAILED":
+    if state == JobState.FAILED:
         return "ERROR" if reason.startswith("could not start") else "FAILED"
-    if state == "CANCELLED":
+    if state == JobState.CANCELLED:
         return "STOPPED" if reason.startswith("stopped") else "KILLED"
-    return state  # RUNNING
+    return state.value  # RUNNING

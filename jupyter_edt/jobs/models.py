@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -23,7 +23,15 @@ class JobState(str, enum.Enum):
         return self in TERMINAL
 
 
+# The state groups, named once: every other module asks these, never lists states itself.
+#: Finished for good.
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+#: The policy deals devices to these: they hold devices or wait for them.
+SCHEDULED = frozenset({JobState.QUEUED, JobState.STARTING, JobState.RUNNING})
+#: Their processes run (or are starting): the runner follows them.
+LIVE = frozenset({JobState.STARTING, JobState.RUNNING})
+#: They may hold devices; a SUSPENDED job keeps its own until its checkpoint is written.
+HOLDING = LIVE | {JobState.SUSPENDED}
 
 # Which state may follow which. SUSPENDED is the priority policy's "checkpoint, then release
 # every device"; a suspended job goes back to QUEUED to wait for devices again.
@@ -109,6 +117,14 @@ class JobSpec:
         return data
 
     @classmethod
+    def from_stored(cls, data: Mapping[str, Any]) -> JobSpec:
+        """A spec as the store kept it (`to_dict`), validated when it was submitted; fields
+        an older version did not store take their defaults."""
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["args"] = tuple(known.get("args", ()))
+        return cls(**known)
+
+    @classmethod
     def from_dict(cls, data: Any, *, archive: str | None = None) -> JobSpec:
         """Validate untrusted input (a decoded JSON body) field by field.
 
@@ -171,6 +187,42 @@ class JobSpec:
             priority=priority,
             archive=archive,
         )
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job's record as the store keeps it. Frozen: a change goes through the store, which
+    returns the new record; only the API and the feed turn it into JSON (`to_dict`)."""
+
+    id: str
+    user: str
+    name: str
+    state: JobState
+    reason: str
+    spec: JobSpec
+    min_gpus: int
+    max_gpus: int
+    priority: int
+    #: The devices it holds now, in the allocator's order.
+    devices: tuple[str, ...]
+    #: When its devices last changed (None: never); the policy keeps a job's devices for
+    #: `min_rescale_interval` after that.
+    rescaled: float | None
+    created: float
+    updated: float
+    finished: float | None
+    #: Its program announced the elastic runtime: only then is it resized in place.
+    elastic: bool
+    #: Times it went back to the queue after its driver died.
+    restarts: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON: the REST API's and the feed's form."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["state"] = self.state.value
+        data["spec"] = self.spec.to_dict()
+        data["devices"] = list(self.devices)
+        return data
 
 
 def parse_limits(data: Any) -> dict[str, int]:

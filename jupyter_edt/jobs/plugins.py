@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..runtime.worker import WORKER_SETUP_ENV
+from .models import Job
 
 if TYPE_CHECKING:
     from ..runtime.jobdir import JobDir
@@ -24,11 +25,11 @@ class JobPlugin(Protocol):
     #: :meth:`metric_records` turns into the job's metric records.
     metric_files: Sequence[str]
 
-    def environment(self, job: Mapping[str, Any], job_dir: JobDir) -> Mapping[str, str]:
+    def environment(self, job: Job, job_dir: JobDir) -> Mapping[str, str]:
         """Variables every process of the job gets, beside the core's contract."""
         ...
 
-    def prepare(self, job: Mapping[str, Any], job_dir: JobDir) -> None:
+    def prepare(self, job: Job, job_dir: JobDir) -> None:
         """Runs (in a thread) before the job's driver starts; its directories exist."""
         ...
 

@@ -13,17 +13,16 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..launch.base import Launcher, ProcessHandle, ProcessSpec
 from ..launch.local import UNKNOWN_EXIT, log_paths
 from ..runtime.jobdir import JobDir, write_json_atomic
 from ..scheduling.inventory import Device
 from .metrics import JobMetricsTail
+from .models import Job
 from .plugins import JobPlugin
-
-if TYPE_CHECKING:
-    from .service import JobService
+from .protocols import RunnerReports
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +50,14 @@ class DriverRunner:
         self.poll_interval = poll_interval
         self.stop_grace = stop_grace
         self.suspend_grace = suspend_grace
-        self._service: JobService | None = None
+        self._reports: RunnerReports | None = None
         self._drivers: dict[str, ProcessHandle] = {}
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._tails: dict[str, JobMetricsTail] = {}
         self._collector: asyncio.Task[None] | None = None
 
-    def attach(self, service: JobService) -> None:
-        self._service = service
+    def report_to(self, reports: RunnerReports) -> None:
+        self._reports = reports
 
     def job_dir(self, job_id: str) -> JobDir:
         return JobDir(self.jobs_dir / job_id)
@@ -84,24 +83,24 @@ class DriverRunner:
 
     # orders from the service --------------------------------------------------------------
 
-    async def start(self, job: dict[str, Any], devices: Sequence[Device]) -> None:
-        d = self.job_dir(job["id"])
+    async def start(self, job: Job, devices: Sequence[Device]) -> None:
+        d = self.job_dir(job.id)
         await asyncio.to_thread(self._prepare, d, job)
         d.write_orders({"seq": 1, "action": "run", "devices": _devices(devices)})
         handle = await self.launcher.start(self._driver_spec(job))
-        self._follow(job["id"], handle)
+        self._follow(job.id, handle)
 
-    def reattach(self, job: dict[str, Any]) -> bool:
+    def reattach(self, job: Job) -> bool:
         """After a server restart: follow the job's driver again if it still runs."""
         handle = self._adopt(job)
         if handle is None:
             return False
-        self._follow(job["id"], handle)
+        self._follow(job.id, handle)
         return True
 
-    def _adopt(self, job: dict[str, Any]) -> ProcessHandle | None:
+    def _adopt(self, job: Job) -> ProcessHandle | None:
         """The job's driver that a previous server started, if that very process still runs."""
-        d = self.job_dir(job["id"])
+        d = self.job_dir(job.id)
         status = d.read_status() or {}
         if "pid" not in status or "started" not in status:
             return None
@@ -113,15 +112,15 @@ class DriverRunner:
             self._driver_spec(job), status["pid"], status["started"], exit_code
         )
 
-    def _driver_spec(self, job: dict[str, Any]) -> ProcessSpec:
-        d = self.job_dir(job["id"])
+    def _driver_spec(self, job: Job) -> ProcessSpec:
+        d = self.job_dir(job.id)
         return ProcessSpec(
-            job_id=job["id"],
+            job_id=job.id,
             name=DRIVER,
             argv=[self.python, "-m", self.driver_module, str(d.root)],
             cwd=d.code,
             log_dir=d.logs,
-            env={**job["spec"]["env"], **self.contract(job)},
+            env={**job.spec.env, **self.contract(job)},
             virtual_devices=True,  # the driver never touches a GPU
         )
 
@@ -139,10 +138,10 @@ class DriverRunner:
             self._collector = asyncio.create_task(self._collect())
         self._watchers[job_id] = asyncio.create_task(self._watch(job_id, handle))
 
-    async def resize(self, job: dict[str, Any], devices: Sequence[Device]) -> None:
-        self._order(job["id"], "run", devices)
+    async def resize(self, job: Job, devices: Sequence[Device]) -> None:
+        self._order(job.id, "run", devices)
 
-    async def suspend(self, job: dict[str, Any]) -> bool:
+    async def suspend(self, job: Job) -> bool:
         """Ask the driver to checkpoint and stop its workers; return once it has exited
         (forced after the grace time), so that its devices are free. True when it stopped by
         itself, having written its checkpoint.
@@ -151,7 +150,7 @@ class DriverRunner:
         driver stays known while it checkpoints, so a cancel meanwhile still stops it; one a
         previous server started (a restart during the suspension) is adopted.
         """
-        job_id = job["id"]
+        job_id = job.id
         self._unfollow(job_id)
         self._order(job_id, "suspend", [])
         handle = self._drivers.get(job_id) or self._adopt(job)
@@ -167,9 +166,9 @@ class DriverRunner:
             if self._drivers.get(job_id) is handle:
                 del self._drivers[job_id]
 
-    async def cancel(self, job: dict[str, Any]) -> None:
-        self._unfollow(job["id"])
-        handle = self._drivers.pop(job["id"], None)
+    async def cancel(self, job: Job) -> None:
+        self._unfollow(job.id)
+        handle = self._drivers.pop(job.id, None)
         if handle is not None:
             await self.launcher.stop(handle, grace=self.stop_grace)
 
@@ -182,42 +181,42 @@ class DriverRunner:
 
     # helpers ------------------------------------------------------------------------------
 
-    def contract(self, job: dict[str, Any]) -> dict[str, str]:
+    def contract(self, job: Job) -> dict[str, str]:
         """The environment every process of the job gets: the core's names, then what each
         plugin adds (WMLA's names, say)."""
-        d = self.job_dir(job["id"])
+        d = self.job_dir(job.id)
         env = {
-            "EDT_JOB_ID": job["id"],
+            "EDT_JOB_ID": job.id,
             "EDT_JOB_DIR": str(d.root),
-            "EDT_MAX_GPUS": str(job["max_gpus"]),
+            "EDT_MAX_GPUS": str(job.max_gpus),
             "RESULT_DIR": str(d.result),
             "LOG_DIR": str(d.logs),
             # where the program reads its data: the submitter's EDT_DATA_DIR, else its code
-            "DATA_DIR": job["spec"]["env"].get("EDT_DATA_DIR", str(d.code)),
+            "DATA_DIR": job.spec.env.get("EDT_DATA_DIR", str(d.code)),
         }
         for plugin in self.plugins:
             env.update(plugin.environment(job, d))
         return env
 
-    def _prepare(self, d: JobDir, job: dict[str, Any]) -> None:
+    def _prepare(self, d: JobDir, job: Job) -> None:
         d.create()
         for plugin in self.plugins:
             plugin.prepare(job, d)
-        spec = job["spec"]
-        entry = d.code / spec["entrypoint"]
-        if spec["code"] is not None:
-            entry.write_text(spec["code"])
+        spec = job.spec
+        entry = d.code / spec.entrypoint
+        if spec.code is not None:
+            entry.write_text(spec.code)
         else:  # an uploaded archive or a script: put into code/ at submission
-            if spec["script"] is not None:
-                entry = d.code / Path(spec["script"]).name
+            if spec.script is not None:
+                entry = d.code / Path(spec.script).name
             if not entry.is_file():
                 raise FileNotFoundError(f"The job's submitted code has no {entry.name}.")
         write_json_atomic(
             d.job,
             {
-                "id": job["id"],
-                "program": [str(entry), *spec["args"]],
-                "max_gpus": job["max_gpus"],
+                "id": job.id,
+                "program": [str(entry), *spec.args],
+                "max_gpus": job.max_gpus,
             },
         )
 
@@ -234,7 +233,7 @@ class DriverRunner:
             await asyncio.sleep(self.poll_interval)
 
     async def _forward(self, job_ids: list[str]) -> None:
-        assert self._service is not None
+        assert self._reports is not None, "the service calls report_to() before jobs start"
         tails = {j: self._tails[j] for j in job_ids if j in self._tails}
 
         def read() -> dict[str, list[dict[str, Any]]]:
@@ -242,7 +241,7 @@ class DriverRunner:
 
         batches = {j: r for j, r in (await asyncio.to_thread(read)).items() if r}
         if batches:
-            self._service.add_metrics(batches)
+            self._reports.add_metrics(batches)
 
     async def _watch(self, job_id: str, handle: ProcessHandle) -> None:
         """Follow one driver until it exits, forwarding what it reports to the service.
@@ -250,8 +249,8 @@ class DriverRunner:
         A driver that reported the job's failure fails it. One that died otherwise (a signal,
         an exit without that report) lost the job's processes, not the job: its workers are
         stopped and the service may resume the job from its newest checkpoint."""
-        assert self._service is not None, "attach() the service before starting jobs"
-        service = self._service
+        assert self._reports is not None, "the service calls report_to() before jobs start"
+        service = self._reports
         d = self.job_dir(job_id)
         running = elastic = False
         try:

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from .models import InvalidTransition, JobSpec, JobState, check_transition
+from .models import InvalidTransition, Job, JobSpec, JobState, check_transition
 
 SCHEMA_VERSION = 2
 # How to bring a database of each older version one version up, in one transaction each; the
@@ -84,25 +84,25 @@ class JobRow(Base):
     #: Times it went back to the queue after its driver died.
     restarts: Mapped[int] = mapped_column(Integer, default=0)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "user": self.user,
-            "name": self.name,
-            "state": self.state,
-            "reason": self.reason,
-            "spec": self.spec,
-            "min_gpus": self.min_gpus,
-            "max_gpus": self.max_gpus,
-            "priority": self.priority,
-            "devices": list(self.devices),
-            "rescaled": self.rescaled,
-            "created": self.created,
-            "updated": self.updated,
-            "finished": self.finished,
-            "elastic": bool(self.elastic),
-            "restarts": self.restarts,
-        }
+    def to_job(self) -> Job:
+        return Job(
+            id=self.id,
+            user=self.user,
+            name=self.name,
+            state=JobState(self.state),
+            reason=self.reason,
+            spec=JobSpec.from_stored(self.spec),
+            min_gpus=self.min_gpus,
+            max_gpus=self.max_gpus,
+            priority=self.priority,
+            devices=tuple(self.devices),
+            rescaled=self.rescaled,
+            created=self.created,
+            updated=self.updated,
+            finished=self.finished,
+            elastic=bool(self.elastic),
+            restarts=self.restarts,
+        )
 
 
 class EventRow(Base):
@@ -190,7 +190,7 @@ class JobStore:
 
     # jobs ---------------------------------------------------------------------------------
 
-    def create_job(self, user: str, spec: JobSpec, *, now: float | None = None) -> dict[str, Any]:
+    def create_job(self, user: str, spec: JobSpec, *, now: float | None = None) -> Job:
         now = time.time() if now is None else now
         job = JobRow(
             id=uuid.uuid4().hex[:12],
@@ -214,28 +214,28 @@ class JobStore:
             s.add(job)
             s.flush()
             s.add(_event(job.id, now, "state", {"state": job.state, "reason": "submitted"}))
-        return job.to_dict()
+        return job.to_job()
 
-    def get_job(self, job_id: str) -> dict[str, Any]:
+    def get_job(self, job_id: str) -> Job:
         with self._session() as s:
-            return self._row(s, job_id).to_dict()
+            return self._row(s, job_id).to_job()
 
     def list_jobs(
         self, *, user: str | None = None, states: Iterable[JobState] | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[Job]:
         query = select(JobRow).order_by(JobRow.created.desc(), JobRow.id)
         if user is not None:
             query = query.where(JobRow.user == user)
         if states is not None:
             query = query.where(JobRow.state.in_([s.value for s in states]))
         with self._session() as s:
-            return [row.to_dict() for row in s.scalars(query)]
+            return [row.to_job() for row in s.scalars(query)]
 
-    def delete_job(self, job_id: str) -> dict[str, Any]:
+    def delete_job(self, job_id: str) -> Job:
         """Remove the job's record with its events and metric records, in one transaction;
         returns the record as it was. The caller stops the job first (``JobService.delete``)."""
         with self._change() as s:
-            job = self._row(s, job_id).to_dict()
+            job = self._row(s, job_id).to_job()
             s.execute(delete(MetricRow).where(MetricRow.job_id == job_id))
             s.execute(delete(EventRow).where(EventRow.job_id == job_id))
             s.execute(delete(JobRow).where(JobRow.id == job_id))
@@ -250,7 +250,7 @@ class JobStore:
         *,
         now: float | None = None,
         restart: bool = False,
-    ) -> dict[str, Any]:
+    ) -> Job:
         """Move a job to `state`, checked against the lifecycle, and record why. `restart`
         counts the move as one of the job's restarts after its driver died.
 
@@ -275,9 +275,9 @@ class JobStore:
                     s.add(_event(job_id, now, "allocation", {"devices": [], "reason": reason}))
                 job.devices = []
             s.add(_event(job_id, now, "state", data))
-            return job.to_dict()
+            return job.to_job()
 
-    def set_elastic(self, job_id: str, reason: str, *, now: float | None = None) -> dict[str, Any]:
+    def set_elastic(self, job_id: str, reason: str, *, now: float | None = None) -> Job:
         """The job's program announced the elastic runtime: from now on it can be resized."""
         now = time.time() if now is None else now
         with self._change() as s:
@@ -286,11 +286,11 @@ class JobStore:
                 job.elastic = True
                 job.updated = now
                 s.add(_event(job_id, now, "elastic", {"elastic": True, "reason": reason}))
-            return job.to_dict()
+            return job.to_job()
 
     def set_devices(
         self, job_id: str, devices: Sequence[str], reason: str, *, now: float | None = None
-    ) -> dict[str, Any]:
+    ) -> Job:
         now = time.time() if now is None else now
         with self._change() as s:
             job = self._row(s, job_id)
@@ -300,7 +300,7 @@ class JobStore:
                 s.add(
                     _event(job_id, now, "allocation", {"devices": list(devices), "reason": reason})
                 )
-            return job.to_dict()
+            return job.to_job()
 
     def update_limits(
         self,
@@ -309,7 +309,7 @@ class JobStore:
         priority: int | None = None,
         max_gpus: int | None = None,
         now: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> Job:
         now = time.time() if now is None else now
         with self._change() as s:
             job = self._row(s, job_id)
@@ -329,7 +329,7 @@ class JobStore:
             if changes:
                 job.updated = now
                 s.add(_event(job_id, now, "limits", changes))
-            return job.to_dict()
+            return job.to_job()
 
     # events and metrics -------------------------------------------------------------------
 

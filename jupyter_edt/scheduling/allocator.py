@@ -1,22 +1,21 @@
-"""From job records and devices to orders: start, resize or suspend a job.
+"""From jobs' demands and devices to orders: start, resize or suspend a job.
 
-The policy decides the target allocation; this module turns stored jobs into the policy's
-input and the difference between target and current into orders. The job service applies them.
+The policy decides the target allocation; this module turns the difference between target and
+current into orders, in an order that frees devices before they are taken. The job service's
+scheduling loop (``jobs/scheduler.py``) builds the demands from its records and applies the
+orders.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from .inventory import Device
 from .policy import DeviceSlot, JobDemand, Policy, PolicyName, allocate
 
 Action = Literal["start", "resize", "suspend"]
-
-# Jobs that hold, or wait for, devices.
-SCHEDULED_STATES = frozenset({"QUEUED", "STARTING", "RUNNING"})
 
 
 @dataclass(frozen=True)
@@ -27,56 +26,34 @@ class Order:
 
 
 def plan(
-    jobs: Sequence[Mapping[str, Any]],
+    jobs: Sequence[JobDemand],
     devices: Sequence[Device],
     policy: PolicyName | Policy,
     *,
     now: float,
     min_rescale_interval: float,
-    progress: Mapping[str, tuple[float | None, Mapping[int, float]]] | None = None,
 ) -> list[Order]:
-    """Orders that take the jobs from their current devices to the policy's target.
-
-    `progress` gives, per job, its remaining steps and its measured steps/s at each GPU count
-    (goodput schedules by them; fair-share and priority order ties by the remaining time).
-    """
-    progress = progress or {}
-    active = [j for j in jobs if j["state"] in SCHEDULED_STATES]
-    demands = [
-        JobDemand(
-            id=j["id"],
-            user=j["user"],
-            min_gpus=j["min_gpus"],
-            max_gpus=j["max_gpus"],
-            priority=j["priority"],
-            submitted=j["created"],
-            current=tuple(j["devices"]),
-            last_rescale=j["rescaled"],
-            remaining_steps=progress.get(j["id"], (None, {}))[0],
-            throughput=dict(progress.get(j["id"], (None, {}))[1]) or None,
-            rigid=not j["elastic"],
-        )
-        for j in active
-    ]
+    """Orders that take the jobs from the devices they hold (`JobDemand.current`) to the
+    policy's target. `jobs` are those the policy deals devices to: running or waiting."""
     slots = [DeviceSlot(d.id, d.node) for d in devices]
-    target = allocate(demands, slots, policy, now=now, min_rescale_interval=min_rescale_interval)
+    target = allocate(jobs, slots, policy, now=now, min_rescale_interval=min_rescale_interval)
     orders = []
     change: dict[str, int] = {}
-    for job in active:
-        want = tuple(target[job["id"]])
-        have = tuple(job["devices"])
+    for job in jobs:
+        want = tuple(target[job.id])
+        have = job.current
         if want == have:
             continue
-        change[job["id"]] = len(want) - len(have)
+        change[job.id] = len(want) - len(have)
         if not have:
-            orders.append(Order(job["id"], "start", want))
+            orders.append(Order(job.id, "start", want))
         elif not want:
-            orders.append(Order(job["id"], "suspend", want))
+            orders.append(Order(job.id, "suspend", want))
         else:
-            orders.append(Order(job["id"], "resize", want))
+            orders.append(Order(job.id, "resize", want))
     # Free devices before anyone takes them: suspensions and shrinks come first.
     orders.sort(key=lambda o: (change[o.job_id], o.job_id))
-    return _release_first(orders, {d: j["id"] for j in active for d in j["devices"]})
+    return _release_first(orders, {d: j.id for j in jobs for d in j.current})
 
 
 def _release_first(orders: list[Order], holder: Mapping[str, str]) -> list[Order]:

@@ -1,0 +1,103 @@
+"""The read side of the job service: what a user may see of jobs, their feed, logs and
+results. Nothing here changes a record.
+
+Users are names handed in with each call (the Jupyter identity in the embedded mode, a
+forwarded one in the shared mode); a job of someone else looks absent, so ids leak nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from .archives import list_artifacts, open_artifact
+from .feed import EventFeed, Published
+from .logs import LogChunk, list_logs, read_log
+from .models import HOLDING, Job, JobState
+from .protocols import JobRunner
+from .store import JobStore, UnknownJob
+
+__all__ = ["JobQueries", "NotAllowed"]
+
+
+class NotAllowed(PermissionError):
+    """The user may see the job but not do this to it (e.g. cancel a finished job)."""
+
+
+class JobQueries:
+    def __init__(
+        self, store: JobStore, runner: JobRunner, *, admin_users: Iterable[str] = ()
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        self.admin_users = frozenset(admin_users)
+        self.feed = EventFeed(store)
+
+    def is_admin(self, user: str) -> bool:
+        return user in self.admin_users
+
+    def get(self, user: str, job_id: str) -> Job:
+        """The job, if `user` may see it; others' jobs look absent."""
+        job = self.store.get_job(job_id)
+        if job.user != user and not self.is_admin(user):
+            raise UnknownJob(job_id)
+        return job
+
+    def list(
+        self, user: str, *, states: Iterable[JobState] | None = None, owner: str | None = None
+    ) -> list[Job]:
+        if not self.is_admin(user):
+            if owner not in (None, user):
+                raise NotAllowed("Only an administrator can list other users' jobs.")
+            owner = user
+        return self.store.list_jobs(user=owner, states=states)
+
+    def events(
+        self, user: str, *, after: int = 0, limit: int = 1000, job_id: str | None = None
+    ) -> list[Published]:
+        """The change feed as `user` may see it: their own jobs' events (or one of them), or
+        all for an admin."""
+        owner = None if self.is_admin(user) else user
+        return self.feed.read(after=after, owner=owner, limit=limit, job_id=job_id)
+
+    def changed(self) -> asyncio.Event:
+        """See `EventFeed.changed`."""
+        return self.feed.changed()
+
+    def holders(self, user: str) -> dict[str, str | None]:
+        """Each held device's job id; None where the job is not `user`'s to see."""
+        out: dict[str, str | None] = {}
+        for job in self.store.list_jobs(states=HOLDING):
+            visible = job.user == user or self.is_admin(user)
+            for device in job.devices:
+                out[device] = job.id if visible else None
+        return out
+
+    def metrics(self, user: str, job_id: str, *, after: int = 0) -> list[dict[str, Any]]:
+        self.get(user, job_id)
+        return self.store.metrics(job_id, after=after)
+
+    def log_names(self, user: str, job_id: str) -> list[str]:
+        self.get(user, job_id)
+        return list_logs(self.runner.log_dir(job_id))
+
+    def read_log(
+        self, user: str, job_id: str, name: str, *, offset: int | None, tail: int | None
+    ) -> LogChunk:
+        self.get(user, job_id)
+        return read_log(self.runner.log_dir(job_id), name, offset=offset, tail=tail)
+
+    def result_dir(self, user: str, job_id: str) -> Path:
+        """The job's RESULT_DIR, if `user` may see the job (it may not exist yet)."""
+        self.get(user, job_id)
+        return self.runner.result_dir(job_id)
+
+    async def artifacts(self, user: str, job_id: str) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(list_artifacts, self.result_dir(user, job_id))
+
+    async def open_artifact(self, user: str, job_id: str, path: str) -> tuple[BinaryIO, int]:
+        """One result file, opened without following links, and its size. ValueError for a
+        path that climbs out, FileNotFoundError for one that names no file."""
+        return await asyncio.to_thread(open_artifact, self.result_dir(user, job_id), path)

@@ -1,0 +1,177 @@
+"""The scheduling loop: stored jobs and present devices in, the allocator's orders carried out.
+
+One lock serialises the loop. A suspension's checkpoint is waited for off the lock (a task per
+suspended job), so no order waits on a checkpoint, and its devices are dealt out only once
+they are free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from ..scheduling.allocator import Order, plan
+from ..scheduling.inventory import Device
+from ..scheduling.monitor import InventoryMonitor
+from ..scheduling.policy import JobDemand, Policy, PolicyName
+from .models import SCHEDULED, Job, JobState
+from .progress import ProgressBook
+from .protocols import JobRunner
+from .store import JobStore
+
+log = logging.getLogger(__name__)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        store: JobStore,
+        monitor: InventoryMonitor,
+        runner: JobRunner,
+        progress: ProgressBook,
+        *,
+        policy: PolicyName | Policy,
+        min_rescale_interval: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self.monitor = monitor  # its latest reading is what the allocator deals out
+        self.runner = runner
+        self.progress = progress
+        self.policy = policy
+        self.min_rescale_interval = min_rescale_interval
+        self.clock = clock
+        self._lock = asyncio.Lock()
+        # jobs checkpointing before they release their devices (see `_release_suspended`)
+        self._suspending: dict[str, asyncio.Task[None]] = {}
+
+    def demand(self, job: Job) -> JobDemand:
+        """What the policy is told of a job: its record and what its progress measured."""
+        known = self.progress.get(job.id)
+        return JobDemand(
+            id=job.id,
+            user=job.user,
+            min_gpus=job.min_gpus,
+            max_gpus=job.max_gpus,
+            priority=job.priority,
+            submitted=job.created,
+            current=job.devices,
+            last_rescale=job.rescaled,
+            remaining_steps=None if known is None else known.remaining_steps,
+            throughput=None if known is None else (dict(known.steps_per_s) or None),
+            rigid=not job.elastic,
+        )
+
+    async def reschedule(self) -> list[Order]:
+        """Recompute the target allocation and carry out the orders that reach it.
+
+        Devices held by jobs that are checkpointing before a suspension are not dealt out: an
+        order that needs one waits (the job keeps what it holds) until the suspended job has
+        released them, which reschedules again. So no order waits on a checkpoint under the
+        lock, and no device has two jobs.
+        """
+        async with self._lock:
+            present = self.monitor.devices
+            releasing = {
+                d for j in self.store.list_jobs(states=[JobState.SUSPENDED]) for d in j.devices
+            }
+            devices = [d for d in present if d.id not in releasing]
+            jobs = self.store.list_jobs(states=SCHEDULED)
+            orders = plan(
+                [self.demand(j) for j in jobs],
+                devices,
+                self.policy,
+                now=self.clock(),
+                min_rescale_interval=self.min_rescale_interval,
+            )
+            by_id = {d.id: d for d in devices}
+            current = {j.id: j.devices for j in jobs}
+            gone = {d for j in jobs for d in j.devices} - {d.id for d in present}
+            applied = []
+            for order in orders:
+                holds = current[order.job_id]
+                if (set(order.devices) - set(holds)) & releasing:
+                    releasing |= set(holds)  # it waits, keeping its devices meanwhile
+                    continue
+                lost = [d for d in holds if d in gone]
+                await self._apply(order, [by_id[d] for d in order.devices], lost)
+                if order.action == "suspend":
+                    releasing |= set(holds)
+                applied.append(order)
+            return applied
+
+    async def _apply(self, order: Order, devices: Sequence[Device], lost: Sequence[str]) -> None:
+        """Carry out one order; `lost` names the devices the job held that vanished."""
+        job_id, now = order.job_id, self.clock()
+        n = len(devices)
+        gone = f"{', '.join(lost)} gone: " if lost else ""
+        if order.action == "start":
+            self.store.set_state(job_id, JobState.STARTING, f"given {n} GPU(s)", now=now)
+            job = self.store.set_devices(job_id, order.devices, "admitted", now=now)
+            try:
+                await self.runner.start(job, devices)
+            except Exception as err:  # a job that cannot start must not block the others
+                log.exception("Job %s could not start", job_id)
+                self.store.set_state(job_id, JobState.FAILED, f"could not start: {err}", now=now)
+        elif order.action == "resize":
+            before = len(self.store.get_job(job_id).devices)
+            verb = "grown" if n > before else "shrunk" if n < before else "moved"
+            reason = f"{gone}{verb} to {n} GPU(s)"
+            job = self.store.set_devices(job_id, order.devices, reason, now=now)
+            await self.runner.resize(job, devices)
+        else:
+            why = f"{gone}too few GPUs left" if lost else "preempted"
+            how = (
+                "checkpointing, then it releases its GPUs"
+                if self.store.get_job(job_id).elastic
+                else "it is rigid and cannot checkpoint: stopping it, it starts over later"
+            )
+            job = self.store.set_state(job_id, JobState.SUSPENDED, f"{why}; {how}", now=now)
+            self.follow_suspension(job)
+
+    # suspensions --------------------------------------------------------------------------
+
+    def follow_suspension(self, job: Job) -> None:
+        """Wait, off the lock, for a SUSPENDED job to checkpoint and release its devices."""
+        self._suspending[job.id] = asyncio.create_task(self._release_suspended(job))
+
+    def drop_suspension(self, job_id: str) -> None:
+        """Stop waiting on the job's suspension (it is being cancelled: the cancel stops the
+        driver the wait is for, and records the job's end)."""
+        task = self._suspending.pop(job_id, None)
+        if task is not None:
+            task.cancel()
+
+    async def _release_suspended(self, job: Job) -> None:
+        """Wait for a suspended job's checkpoint and its driver's exit, then free its devices,
+        queue it again and deal the devices out."""
+        job_id = job.id
+        try:
+            clean = await self.runner.suspend(job)
+        except Exception:
+            log.exception("Suspending job %s failed; releasing its GPUs anyway", job_id)
+            clean = False
+        if self._suspending.get(job_id) is not asyncio.current_task():
+            return  # cancelled meanwhile: `cancel` has recorded the job's end
+        now = self.clock()
+        if self.store.get_job(job_id).state == JobState.SUSPENDED:
+            if not job.elastic:
+                how = "stopped (a rigid job cannot checkpoint)"
+            else:
+                how = "checkpoint written" if clean else "stopped without a clean checkpoint"
+            self.store.set_devices(job_id, [], f"suspended: {how}, GPUs released", now=now)
+            self.store.set_state(job_id, JobState.QUEUED, "waiting for GPUs", now=now)
+        del self._suspending[job_id]
+        try:
+            await self.reschedule()
+        except Exception:
+            log.exception("Rescheduling after job %s was suspended failed", job_id)
+
+    async def close(self) -> None:
+        """Stop waiting on suspensions (a restart's `recover` takes them up again)."""
+        tasks = list(self._suspending.values())
+        self._suspending.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,162 @@
+"""The job service's lifecycle over a fake runner (no processes): the real store, the real
+policies and the real scheduling loop, in under a second each. What real drivers and workers do is
+tested end to end in test_job_lifecycle, test_recovery, test_driver_lost and test_rigid_jobs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fakes import FakeRunner
+from waiting import eventually
+
+from jupyter_edt.jobs.models import JobSpec, JobState
+from jupyter_edt.jobs.service import JobService, NotAllowed
+from jupyter_edt.jobs.store import JobStore
+from jupyter_edt.scheduling.inventory import VirtualInventory
+from jupyter_edt.scheduling.monitor import InventoryMonitor
+
+pytestmark = pytest.mark.asyncio
+
+
+def make_service(tmp_path, runner: FakeRunner | None = None, **options) -> JobService:
+    """A service on 4 virtual GPUs over the fake runner; `options` go to JobService."""
+    monitor = InventoryMonitor(VirtualInventory(4))
+    monitor.record(monitor.inventory.read(), time.time())
+    return JobService(
+        JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}"),
+        monitor,
+        runner or FakeRunner(tmp_path / "jobs"),
+        min_rescale_interval=0.0,
+        **options,
+    )
+
+
+def runner_of(service: JobService) -> FakeRunner:
+    assert isinstance(service.runner, FakeRunner)
+    return service.runner
+
+
+def spec(max_gpus: int = 4, **fields) -> JobSpec:
+    return JobSpec(code="pass", max_gpus=max_gpus, **fields)
+
+
+def states(service: JobService, job_id: str) -> list[str]:
+    return [e["state"] for e in service.store.events(job_id=job_id) if e["kind"] == "state"]
+
+
+async def test_an_elastic_job_shares_its_gpus_with_a_newcomer_and_takes_them_back(tmp_path):
+    service = make_service(tmp_path)
+    runner = runner_of(service)
+    a = await service.submit("ana", spec())
+    assert runner.running[a.id] == ("vgpu0", "vgpu1", "vgpu2", "vgpu3")
+    await runner.started(a.id)
+    await runner.goes_elastic(a.id)
+    b = await service.submit("bo", spec())
+    assert len(runner.running[a.id]) == 2 and len(runner.running[b.id]) == 2
+    assert set(runner.running[a.id]).isdisjoint(runner.running[b.id])
+    # the shrink came before the start, so no device had two jobs
+    assert [o[:2] for o in runner.orders] == [("start", a.id), ("resize", a.id), ("start", b.id)]
+    await runner.exits(b.id)
+    assert service.get("bo", b.id).state == JobState.SUCCEEDED
+    assert len(runner.running[a.id]) == 4
+    assert service.get("ana", a.id).reason == "processes started"
+
+
+async def test_a_rigid_job_keeps_its_gpus_and_a_newcomer_waits(tmp_path):
+    service = make_service(tmp_path)
+    runner = runner_of(service)
+    a = await service.submit("ana", spec())
+    await runner.started(a.id)  # running, but its program never announced the elastic runtime
+    b = await service.submit("bo", spec())
+    assert service.get("bo", b.id).state == JobState.QUEUED
+    assert [o[:2] for o in runner.orders] == [("start", a.id)]
+    with pytest.raises(ValueError, match="max_gpus"):
+        await service.update("ana", a.id, max_gpus=2)
+    await runner.exits(a.id)
+    assert runner.running[b.id] == ("vgpu0", "vgpu1", "vgpu2", "vgpu3")
+
+
+async def test_a_preempted_job_holds_its_gpus_until_its_checkpoint_is_written(tmp_path):
+    service = make_service(tmp_path, policy="priority")
+    runner = runner_of(service)
+    low = await service.submit("ana", spec())
+    await runner.started(low.id)
+    await runner.goes_elastic(low.id)
+    high = await service.submit("bo", spec(min_gpus=4, priority=5))
+    # the submission returns at once; low checkpoints, keeping its devices meanwhile
+    assert high.state == JobState.QUEUED
+    assert service.get("ana", low.id).state == JobState.SUSPENDED
+    assert service.holders("root") == {f"vgpu{i}": None for i in range(4)}
+    await eventually(lambda: runner.suspending(low.id), "asked low to checkpoint")
+    runner.end_suspension(low.id)
+    await eventually(lambda: high.id in runner.running, "started the high-priority job")
+    assert service.get("ana", low.id).state == JobState.QUEUED
+    assert states(service, low.id)[-2:] == ["SUSPENDED", "QUEUED"]
+    await service.close()
+
+
+async def test_a_cancel_during_a_suspension_stops_waiting_for_it(tmp_path):
+    service = make_service(tmp_path, policy="priority")
+    runner = runner_of(service)
+    low = await service.submit("ana", spec())
+    await runner.goes_elastic(low.id)
+    await service.submit("bo", spec(min_gpus=4, priority=5))
+    await eventually(lambda: runner.suspending(low.id), "asked low to checkpoint")
+    cancelled = await service.cancel("ana", low.id)
+    assert cancelled.state == JobState.CANCELLED and cancelled.devices == ()
+    assert ("cancel", low.id, ()) in runner.orders
+    with pytest.raises(NotAllowed, match="already finished"):
+        await service.cancel("ana", low.id)
+
+
+async def test_a_lost_driver_requeues_its_job_from_a_checkpoint_or_fails_it(tmp_path):
+    service = make_service(tmp_path, max_restarts=1)
+    runner = runner_of(service)
+    job = await service.submit("ana", spec())
+    await runner.started(job.id)
+    await runner.dies(job.id)  # no checkpoint yet
+    failed = service.get("ana", job.id)
+    assert failed.state == JobState.FAILED
+    assert failed.reason == "driver killed by SIGKILL; no checkpoint to resume from"
+
+    job = await service.submit("ana", spec())
+    await runner.started(job.id)
+    runner.checkpoints(job.id, step=7)
+    await runner.dies(job.id)
+    again = service.get("ana", job.id)
+    assert again.state == JobState.STARTING and again.restarts == 1  # requeued, started again
+    assert states(service, job.id)[-3:] == ["SUSPENDED", "QUEUED", "STARTING"]
+    await runner.started(job.id)
+    await runner.dies(job.id)
+    last = service.get("ana", job.id).reason
+    assert last.endswith("restarted 1 time(s) already, the most allowed")
+
+
+async def test_a_restart_follows_running_jobs_and_requeues_lost_ones(tmp_path):
+    runner = FakeRunner(tmp_path / "jobs")
+    first = make_service(tmp_path, runner)
+    kept = await first.submit("ana", spec(max_gpus=2))
+    lost = await first.submit("bo", spec(max_gpus=2))
+    await runner.started(kept.id)
+    await runner.started(lost.id)
+    runner.running.pop(lost.id)  # its processes died while no server ran
+    await first.close()
+    first.store.close()
+
+    second = make_service(tmp_path, runner)
+    outcome = await second.recover()
+    assert outcome == {"reattached": [kept.id], "resumed": [lost.id], "failed": []}
+    assert second.get("bo", lost.id).state == JobState.STARTING  # back in line, started again
+    assert second.get("ana", kept.id).state == JobState.RUNNING
+
+
+async def test_only_the_owner_or_an_admin_sees_a_job(tmp_path):
+    service = make_service(tmp_path, admin_users=["root"])
+    job = await service.submit("ana", spec())
+    assert service.get("root", job.id) == service.get("ana", job.id)
+    with pytest.raises(KeyError):
+        service.get("bo", job.id)
+    assert service.list("bo") == [] and [j.id for j in service.list("root")] == [job.id]
+    with pytest.raises(NotAllowed):
+        service.list("bo", owner="ana")
