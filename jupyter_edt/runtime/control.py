@@ -309,7 +309,7 @@ class LocalController:
         env = {
             "EDT_STORE": f"127.0.0.1:{self.port}",
             "EDT_WORKER_ID": worker,
-            "EDT_RESULT_DIR": str(self.result_dir),
+            "RESULT_DIR": str(self.result_dir),  # the job contract's name (jobs/runner.py)
             "EDT_LOG_DIR": str(self.log_dir),
             "EDT_TIMEOUT_S": str(self.timeout_s),
             "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),

@@ -45,7 +45,7 @@ Op = tuple[str, torch.Tensor, int, int]  # ("send" | "recv", tensor, peer rank, 
 
 
 class Comm(Protocol):
-    """What the exchange needs from a group (``group._Reducer`` and its subclasses)."""
+    """What the exchange needs from a group (each ``group.Group``)."""
 
     rank: int
     world_size: int

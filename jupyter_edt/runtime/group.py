@@ -47,20 +47,22 @@ import os
 import pickle
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from . import control as keys
 from . import partition as part
-from .exchange import Op, OrderedExchange
+from .exchange import Comm, Op, OrderedExchange
 from .state import recv_state, send_state
 
 __all__ = [
     "ElasticGroup",
+    "Group",
     "GroupError",
     "JobContext",
     "LeaveJob",
@@ -69,6 +71,9 @@ __all__ = [
     "select_backend",
     "select_device",
 ]
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 HEARTBEAT_S = 0.25  # how often a CUDA worker bumps its heartbeat counter
 STALE_S = 2.0  # a peer whose counter has not moved for this long is dead
@@ -155,7 +160,8 @@ class LeaveJob(Exception):
 
 @dataclass(frozen=True)
 class JobContext:
-    """How a worker process finds its job; read from ``EDT_*`` environment variables."""
+    """How a worker process finds its job; read from the environment its controller gave it:
+    ``EDT_*`` variables, and ``RESULT_DIR``, the job contract's name for the result directory."""
 
     store_host: str
     store_port: int
@@ -177,12 +183,78 @@ class JobContext:
             store_host=host,
             store_port=int(port),
             worker_id=env["EDT_WORKER_ID"],
-            result_dir=env.get("EDT_RESULT_DIR"),
+            result_dir=env.get("RESULT_DIR"),
             log_dir=env.get("EDT_LOG_DIR"),
             timeout_s=float(env.get("EDT_TIMEOUT_S", "30")),
             join_timeout_s=float(env.get("EDT_JOIN_TIMEOUT_S", "300")),
             backend=env.get("EDT_BACKEND") or None,
         )
+
+
+class Group(Comm, Protocol):
+    """What the trainer and the membership loop use of a group, whichever its kind (and what
+    the gradient exchange uses: ``exchange.Comm``, with ``rank`` and ``world_size``).
+
+    Two kinds: :class:`SoloGroup` (one plain process: a generation of one member that never
+    changes, no controller) and :class:`ElasticGroup` (a job's worker, in generations ordered
+    by the controller). Code written against this protocol needs no test of the kind; the one
+    difference that shows is ``elastic``: whether a controller orders this worker about (a
+    solo process starts by itself, from its own checkpoints).
+    """
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def members(self) -> tuple[str, ...]: ...
+
+    @property
+    def worker_id(self) -> str: ...
+
+    @property
+    def elastic(self) -> bool: ...
+
+    @property
+    def backend(self) -> str | None: ...
+
+    # control plane
+    def control(self) -> dict[str, int]: ...
+
+    def signal_ready(self) -> None: ...
+
+    def next_membership(self, after: int) -> tuple[int, tuple[str, ...]]: ...
+
+    def members_of(self, generation: int) -> tuple[str, ...]: ...
+
+    def hold(self, step: int) -> None: ...
+
+    def report_failure(self) -> None: ...
+
+    def report_formed(self, info: dict[str, object]) -> None: ...
+
+    # data plane
+    def form(self, generation: int, members: tuple[str, ...]) -> None: ...
+
+    def destroy(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def reduce(
+        self,
+        num_micro_batches: int,
+        grads: OrderedExchange | None,
+        aux_parts: list[torch.Tensor],
+        aux_size: int,
+        n_sum: int,
+    ) -> torch.Tensor: ...
+
+    def all_gather_object(self, obj: T) -> list[T]: ...
+
+    def all_gather_ints(self, values: list[int]) -> list[list[int]]: ...
+
+    def send_state(self, state: object, dst: int) -> int: ...
+
+    def recv_state(self, src: int) -> Any: ...
 
 
 class _Reducer:
@@ -232,7 +304,7 @@ class _Reducer:
             acc[n_sum:] = every[:, 0, n_sum:].amax(0)
         return acc
 
-    def all_gather_object(self, obj: object) -> list[object]:
+    def all_gather_object(self, obj: T) -> list[T]:
         """Every rank's picklable ``obj``, by rank (rare, small exchanges: hyperparameters)."""
         return [obj]
 
@@ -255,7 +327,8 @@ class _Reducer:
 
 
 class SoloGroup(_Reducer):
-    """One plain process: no collectives, no control plane."""
+    """One plain process: no collectives, no controller. Its one generation, of itself, is
+    formed from the start and never changes, so the membership calls are trivial."""
 
     generation = 1
     members = ("solo",)
@@ -266,8 +339,43 @@ class SoloGroup(_Reducer):
     def control(self) -> dict[str, int]:
         return {"gen": 1, "hold": -1, "ckpt": 0}
 
+    def signal_ready(self) -> None:
+        pass
+
+    def next_membership(self, after: int) -> tuple[int, tuple[str, ...]]:
+        if after >= self.generation:
+            raise RuntimeError("a solo process has one generation only")
+        return self.generation, self.members
+
+    def members_of(self, generation: int) -> tuple[str, ...]:
+        return self.members
+
+    def hold(self, step: int) -> None:
+        pass
+
+    def report_failure(self) -> None:
+        pass
+
+    def report_formed(self, info: dict[str, object]) -> None:
+        pass
+
+    def form(self, generation: int, members: tuple[str, ...]) -> None:
+        pass
+
+    def destroy(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
+
+    def all_gather_ints(self, values: list[int]) -> list[list[int]]:
+        return [list(values)]
+
+    def send_state(self, state: object, dst: int) -> int:
+        raise RuntimeError("a solo process has no peer to send its state to")
+
+    def recv_state(self, src: int) -> Any:
+        raise RuntimeError("a solo process has no peer to receive a state from")
 
 
 class ElasticGroup(_Reducer):
@@ -416,7 +524,7 @@ class ElasticGroup(_Reducer):
         self._stop.set()
         self.destroy()
 
-    def all_gather_object(self, obj: object) -> list[object]:
+    def all_gather_object(self, obj: T) -> list[T]:
         """Every rank's picklable ``obj``, by rank, over gloo (host memory)."""
         blob = pickle.dumps(obj)
         sizes = [n for (n,) in self.all_gather_ints([len(blob)])]
@@ -433,7 +541,7 @@ class ElasticGroup(_Reducer):
         self.guard(dist.all_gather, out, mine)
         return [t.tolist() for t in out]
 
-    def guard(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def guard(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Call a collective; any failure (dead peer, timeout) becomes a GroupError."""
         try:
             return fn(*args, **kwargs)
@@ -442,8 +550,16 @@ class ElasticGroup(_Reducer):
         except (RuntimeError, ValueError) as e:  # DistError subclasses RuntimeError
             raise GroupError(str(e)) from e
 
-    def reduce(self, *args, **kwargs) -> torch.Tensor:  # type: ignore[no-untyped-def]
-        total = super().reduce(*args, **kwargs)
+    def reduce(
+        self,
+        num_micro_batches: int,
+        grads: OrderedExchange | None,
+        aux_parts: list[torch.Tensor],
+        aux_size: int,
+        n_sum: int,
+    ) -> torch.Tensor:
+        """As the solo group's, then wait for the device (see :meth:`settle`)."""
+        total = super().reduce(num_micro_batches, grads, aux_parts, aux_size, n_sum)
         self.settle()
         return total
 
@@ -454,7 +570,7 @@ class ElasticGroup(_Reducer):
             return self.guard(send_state, state, dst, on_device=True, settle=self.settle)
         return self.guard(send_state, state, dst)
 
-    def recv_state(self, src: int) -> object:
+    def recv_state(self, src: int) -> Any:
         """Receive a state sent by :meth:`send_state`; device tensors land on this device."""
         if self.cuda_comm:
             return self.guard(recv_state, src, device=self.device, settle=self.settle)

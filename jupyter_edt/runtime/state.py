@@ -1,6 +1,9 @@
 """Training state: capture, restore, move between workers, and atomic checkpoints.
 
-The state is a plain nested structure of dicts, lists and tensors (model, optimizer and LR
+:class:`TrainState` is what the workers of a job keep equal (in the spirit of Horovod's elastic
+``State``): the model, the optimizer, the LR scheduler, the agreed hyperparameters with the
+changes not yet agreed, the data cursor and the RNG. What it captures is a plain nested
+structure of dicts, lists and tensors (model, optimizer and LR
 scheduler ``state_dict``s, the data cursor and the RNG). To move it to a joiner without touching
 disk it is split into a small pickled skeleton and its tensors, which travel one by one as raw
 bytes over point-to-point messages of the process group: no copy into one big buffer on the
@@ -23,17 +26,20 @@ from __future__ import annotations
 import copy
 import os
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
+from . import hyper
 from .jobdir import checkpoint_name, checkpoints
 
 __all__ = [
+    "TrainState",
     "atomic_save",
     "flatten",
     "latest_checkpoint",
@@ -43,6 +49,85 @@ __all__ = [
     "to_cpu",
     "unflatten",
 ]
+
+
+class TrainState:
+    """Everything a joiner or a checkpoint needs to continue exactly, and nothing of where the
+    worker sits (rank, generation: see ``membership.py``).
+
+    The cursor (``epoch``, ``step`` within it, ``global_step``, ``ckpt_seen``: checkpoint
+    requests already served) says where training stands. The hyperparameters are agreed
+    between workers before each optimizer step (``hyper.py``): ``hp_agreed`` is the last
+    agreement, ``hp_trace`` the values after each piece of user code since then.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        lr_scheduler: Any,
+        device: torch.device,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+        self.device = device
+        self.epoch = self.step = self.global_step = self.ckpt_seen = 0
+        self.hp = hyper.Tracker(optimizer)
+        self.hp_agreed: hyper.Snapshot | None = None  # the last agreed hyperparameters
+        self.hp_trace: list[hyper.Snapshot] = []  # after each piece of user code since then
+
+    def agreed_hp(self) -> hyper.Snapshot:
+        """The agreed hyperparameters; before any agreement, the optimizer's own."""
+        if self.hp_agreed is None:
+            return self.hp.snapshot()
+        return self.hp_agreed
+
+    def note_hyperparameters(self) -> None:
+        """Add the hyperparameters that user code just left to the trace, if they changed (the
+        trace that ``hyper.agree`` reads when workers differ; usually a comparison per param
+        group)."""
+        snap = self.hp.snapshot()
+        if snap != (self.hp_trace[-1] if self.hp_trace else self.hp_agreed):
+            self.hp_trace.append(snap)
+
+    def capture(self) -> dict[str, Any]:
+        """The state as a plain structure (tensors where they live)."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
+            "hyperparameters": {"agreed": self.agreed_hp(), "trace": list(self.hp_trace)},
+            "cursor": {
+                "epoch": self.epoch,
+                "step": self.step,
+                "global_step": self.global_step,
+                "ckpt_seen": self.ckpt_seen,
+            },
+            "rng": torch.get_rng_state(),
+            "cuda_rng": (
+                torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+            ),
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Take a state made by :meth:`capture` (from a peer or a checkpoint)."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.lr_scheduler is not None and state["lr_scheduler"] is not None:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        # a joiner takes the sender's pending changes as its own; a state from before the
+        # agreement existed: its own hyperparameters are the agreed ones
+        hp = state.get("hyperparameters") or {}
+        self.hp_agreed = hp.get("agreed") or self.hp.snapshot()
+        self.hp_trace = list(hp.get("trace", []))
+        c = state["cursor"]
+        self.epoch, self.step = int(c["epoch"]), int(c["step"])
+        self.global_step, self.ckpt_seen = int(c["global_step"]), int(c["ckpt_seen"])
+        torch.set_rng_state(state["rng"].cpu())
+        cuda_rng = state.get("cuda_rng")
+        if cuda_rng is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(cuda_rng.cpu(), self.device)
 
 
 @dataclass(frozen=True)
