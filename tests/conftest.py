@@ -1,26 +1,24 @@
-"""Shared fixtures: a real Jupyter server (pytest-jupyter) running the jupyter_edt extension."""
+"""Fixtures shared by the test packages: a real Jupyter server (pytest-jupyter) running the
+jupyter_edt extension, single-user or, under `pytest.mark.multi_user`, multi-user.
+
+Each package's conftest.py holds what only its modules use; helpers that modules of several
+packages import live beside this file (jobprograms, waiting, multiuser, apidoc, archive_files,
+fakes), which pytest's `pythonpath` puts on the path."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from jupyter_server.auth.identity import IdentityProvider, User
+from multiuser import ADMINS, TokenPerUser
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 
-class TokenPerUser(IdentityProvider):
-    """Names users by their token (`token alice` is alice), as JupyterHub's provider does."""
-
-    def get_user(self, handler):
-        auth = handler.request.headers.get("Authorization", "")
-        token = handler.get_argument("token", "") or auth.removeprefix("token ").strip()
-        if token in {"alice", "bob", "root"}:
-            return User(username=token)
-        return None
-
-    def is_token_authenticated(self, handler) -> bool:
-        # a token in a header is not a cookie, so no XSRF check applies (as with Jupyter's own)
-        return self.get_user(handler) is not None
+def multi_user(node: pytest.Item) -> bool:
+    """Whether `node` (a test) runs against the multi-user server: its closest mark says."""
+    mark = node.get_closest_marker("multi_user")
+    return mark is not None and bool(mark.args[0] if mark.args else True)
 
 
 @pytest.fixture
@@ -30,31 +28,25 @@ def edt_config() -> dict:
 
 
 @pytest.fixture
-def jp_server_config(edt_config: dict, tmp_path) -> dict:
-    return {
-        "ServerApp": {"jpserver_extensions": {"jupyter_edt": True}},
-        "EDTApp": {
-            "database_url": f"sqlite:///{tmp_path / 'edt.sqlite'}",
-            "jobs_dir": str(tmp_path / "jobs"),
-            **edt_config,
-        },
-    }
+def jobs_dir(tmp_path) -> Path:
+    """The server's EDTApp.jobs_dir."""
+    return tmp_path / "jobs"
 
 
 @pytest.fixture
-def multi_user_config(edt_config: dict, tmp_path) -> dict:
-    return {
-        "ServerApp": {
-            "jpserver_extensions": {"jupyter_edt": True},
-            "identity_provider_class": TokenPerUser,
-        },
-        "EDTApp": {
-            "database_url": f"sqlite:///{tmp_path / 'edt.sqlite'}",
-            "jobs_dir": str(tmp_path / "jobs"),
-            "admin_users": ["root"],
-            **edt_config,
-        },
+def jp_server_config(request, edt_config: dict, jobs_dir: Path, tmp_path) -> dict:
+    """The server of a test: jupyter_edt with `edt_config`, on Jupyter's own token login, or,
+    under `pytest.mark.multi_user`, with users named by their tokens (alice, bob; root an
+    admin), as JupyterHub names them."""
+    server: dict = {"jpserver_extensions": {"jupyter_edt": True}}
+    edt: dict = {
+        "database_url": f"sqlite:///{tmp_path / 'edt.sqlite'}",
+        "jobs_dir": str(jobs_dir),
     }
+    if multi_user(request.node):
+        server["identity_provider_class"] = TokenPerUser
+        edt["admin_users"] = list(ADMINS)
+    return {"ServerApp": server, "EDTApp": {**edt, **edt_config}}
 
 
 @pytest.fixture
@@ -65,7 +57,7 @@ def server_url(http_server, jp_http_port, jp_base_url) -> str:
 
 @pytest.fixture
 def alice(server_url: str):
-    """A real client of the live server, as the user alice (see `TokenPerUser`)."""
+    """A real client of the live server, as the user alice (see `multiuser.TokenPerUser`)."""
     from jupyter_edt.notebook import EDTClient
 
     return EDTClient(server_url, "alice")

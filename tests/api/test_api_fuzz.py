@@ -32,11 +32,13 @@ from pathlib import Path
 from urllib.error import URLError
 
 import pytest
+from waiting import eventually_sync
 
-TESTS = Path(__file__).parent
+HERE = Path(__file__).parent  # fuzz_hooks
+TESTS = HERE.parent  # multiuser (TokenPerUser), waiting
 SEED = int(os.environ.get("EDT_FUZZ_SEED") or random.randrange(2**32))
 MAX_EXAMPLES = int(os.environ.get("EDT_FUZZ_MAX_EXAMPLES") or 50)
-USERS = ("alice", "bob")  # tokens that conftest.TokenPerUser names users by
+USERS = ("alice", "bob")  # tokens that multiuser.TokenPerUser names users by
 START_TIMEOUT_S = 90.0
 FUZZ_TIMEOUT_S = 480.0
 STOP_TIMEOUT_S = 20.0
@@ -51,8 +53,8 @@ def free_port() -> int:
 
 
 def with_tests_on_path() -> str:
-    """PYTHONPATH for a subprocess that imports conftest or fuzz_hooks from tests/."""
-    return os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    """PYTHONPATH for a subprocess that imports multiuser from tests/ or fuzz_hooks from here."""
+    return os.pathsep.join(filter(None, [str(HERE), str(TESTS), os.environ.get("PYTHONPATH")]))
 
 
 def fetch(url: str, user: str = "alice") -> dict:
@@ -85,7 +87,7 @@ class Server:
             "--ip=127.0.0.1",
             f"--port={self.port}",
             "--ServerApp.port_retries=0",
-            "--ServerApp.identity_provider_class=conftest.TokenPerUser",
+            "--ServerApp.identity_provider_class=multiuser.TokenPerUser",
             f"--ServerApp.root_dir={root}",
             '--ServerApp.jpserver_extensions={"jupyter_edt": True}',
             "--EDTApp.devices=virtual",
@@ -102,16 +104,19 @@ class Server:
             )  # fmt: skip
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
+        def answers() -> bool:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the server exited ({self.process.returncode}):\n{self.tail()}")
             try:
                 fetch(f"{self.api}/v1/user")
-                return
             except (URLError, ConnectionError):
-                time.sleep(0.5)
-        raise RuntimeError(f"the server did not answer in {START_TIMEOUT_S} s:\n{self.tail()}")
+                return False
+            return True
+
+        try:
+            eventually_sync(answers, "answered", timeout=START_TIMEOUT_S, interval=0.5)
+        except AssertionError as never:
+            raise RuntimeError(f"the server {never}:\n{self.tail()}") from None
 
     def tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:]

@@ -13,8 +13,7 @@ from array import array
 from pathlib import Path
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
-from traitlets.config import Config
+from waiting import eventually_sync
 
 import jupyter_edt
 from jupyter_edt.notebook import Job, JobWidget, LossChart
@@ -27,7 +26,7 @@ from jupyter_edt.notebook.widgets import (
     widgets_available,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 JOB_DATA = {
     "id": "a1b2c3d4e5f6",
@@ -45,15 +44,6 @@ JOB_DATA = {
     "updated": 1.0,
     "finished": None,
 }
-
-
-def wait_until(condition, timeout: float = 5.0) -> None:
-    """Poll `condition` until it holds; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
 
 
 class Sent:
@@ -113,15 +103,6 @@ def test_job_widget_syncs_only_the_jobs_identity():
     bare = JobWidget(job_id="0123456789ab")
     assert repr(bare) == "JobWidget(job_id='0123456789ab')"
     assert "text/html" not in bare._repr_mimebundle_()
-
-
-@pytest.fixture
-def shell():
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    ip = InteractiveShell.instance(config=config)
-    yield ip
-    InteractiveShell.clear_instance()
 
 
 def test_the_magic_shows_a_widget_in_a_kernel_and_the_handle_elsewhere(shell, monkeypatch):
@@ -206,7 +187,12 @@ def test_the_last_points_are_sent_when_the_loop_pauses():
     for step in range(200):
         chart.append(step, loss=float(step))
     # one message at once, the rest from the timer: far fewer than one per point
-    wait_until(lambda: sum(m[0]["counts"][0] for m in sent.messages) == 200)
+    eventually_sync(
+        lambda: sum(m[0]["counts"][0] for m in sent.messages) == 200,
+        "sent all 200 points",
+        timeout=5.0,
+        interval=0.005,
+    )
     elapsed = time.monotonic() - start
     assert len(sent.messages) <= 2 + elapsed / 0.05
     steps = [x for i in range(len(sent.messages)) for x in sent.decoded(i)["loss"][0]]

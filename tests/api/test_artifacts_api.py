@@ -14,29 +14,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from archive_files import make_tar, make_zip, tar_file, tar_special
 from jobprograms import DEADLINE_S, program
-from test_archives import make_tar, make_zip, tar_file, tar_special
+from multiuser import as_user
 from tornado.httpclient import HTTPClientError
 from tornado.websocket import websocket_connect
 
-
-@pytest.fixture
-def edt_config():
-    return {"devices": "virtual", "virtual_gpus": 0}
-
-
-@pytest.fixture
-def jp_server_config(multi_user_config):
-    return multi_user_config
-
-
-@pytest.fixture
-def jobs_dir(tmp_path) -> Path:
-    return tmp_path / "jobs"  # what conftest configures as EDTApp.jobs_dir
-
-
-def as_user(name: str) -> dict:
-    return {"Authorization": f"token {name}"}
+pytestmark = pytest.mark.multi_user
 
 
 BOUNDARY = "edt-test-boundary-7f3a"

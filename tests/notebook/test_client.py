@@ -44,20 +44,7 @@ from jupyter_edt.notebook.errors import NoSuchArtifact
 
 run = asyncio.to_thread
 
-
-@pytest.fixture
-def edt_config():
-    return {"devices": "virtual", "virtual_gpus": 0}
-
-
-@pytest.fixture
-def jp_server_config(multi_user_config):
-    return multi_user_config
-
-
-@pytest.fixture
-def jobs_dir(tmp_path) -> Path:
-    return tmp_path / "jobs"  # what conftest configures as EDTApp.jobs_dir
+pytestmark = pytest.mark.multi_user
 
 
 def closed_port() -> int:

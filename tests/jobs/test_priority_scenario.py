@@ -8,14 +8,12 @@ import json
 
 import pytest
 from jobprograms import elastic, program
-from test_job_lifecycle import api, finished, wait_for, wait_status
+from multiuser import api, finished, wait_for
+from realjobs import wait_status
 
 from jupyter_edt.runtime.jobdir import JobDir, process_start_time
 
-
-def edt_app(serverapp):
-    (app,) = serverapp.extension_manager.extension_apps["jupyter_edt"]
-    return app
+pytestmark = pytest.mark.multi_user
 
 
 @pytest.fixture
@@ -28,13 +26,8 @@ def edt_config():
     }
 
 
-@pytest.fixture
-def jp_server_config(multi_user_config):
-    return multi_user_config
-
-
 async def test_high_priority_takes_gpus_low_keeps_its_min_or_is_suspended_then_resumes(
-    jp_fetch, jp_serverapp, tmp_path
+    jp_fetch, edt_app, tmp_path
 ):
     low = await api(
         jp_fetch,
@@ -74,7 +67,7 @@ async def test_high_priority_takes_gpus_low_keeps_its_min_or_is_suspended_then_r
     checkpoints = sorted((low_dir.result / "checkpoint").glob("*.pt"))
     assert checkpoints, "suspending checkpoints the job first"
     # and in this order: low suspended, low's devices released, then given to the new job
-    store = edt_app(jp_serverapp).job_service.store
+    store = edt_app.job_service.store
     events = [e for e in store.events() if e["job_id"] in (low["id"], whole["id"])]
 
     def first(match) -> int:
@@ -102,7 +95,7 @@ async def test_high_priority_takes_gpus_low_keeps_its_min_or_is_suspended_then_r
 
 
 async def test_cancelling_a_job_while_it_checkpoints_for_a_suspension_frees_its_gpus(
-    jp_fetch, jp_serverapp, tmp_path
+    jp_fetch, edt_app, tmp_path
 ):
     low = await api(
         jp_fetch,
@@ -127,7 +120,7 @@ async def test_cancelling_a_job_while_it_checkpoints_for_a_suspension_frees_its_
     assert process_start_time(driver) is None
     done = await wait_for(jp_fetch, "bob", whole["id"], finished, "done")
     assert done["state"] == "SUCCEEDED", done["reason"]
-    store = edt_app(jp_serverapp).job_service.store
+    store = edt_app.job_service.store
     states = [e["state"] for e in store.events(job_id=low["id"]) if e["kind"] == "state"]
     assert states[-2:] in (["SUSPENDED", "CANCELLED"], ["QUEUED", "CANCELLED"])
     assert states.count("STARTING") == 1  # it never started again

@@ -18,19 +18,18 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+from multiuser import as_user
 from nbclient import NotebookClient
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "elastic_digits.ipynb"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "elastic_digits.ipynb"
+
+
+pytestmark = pytest.mark.multi_user
 
 
 @pytest.fixture
 def edt_config():
     return {"devices": "virtual", "virtual_gpus": 2}
-
-
-@pytest.fixture
-def jp_server_config(multi_user_config):
-    return multi_user_config
 
 
 def outputs_text(cell) -> str:
@@ -167,9 +166,7 @@ async def test_fabric_model_train_in_a_notebook_submits_its_cells(
     assert len(drawn) == 1, train_cell.outputs
     assert f"[{job_id}] SUCCEEDED" in drawn[0]["data"]["text/plain"]
 
-    response = await jp_fetch(
-        "edt", "api", "v1", "jobs", job_id, headers={"Authorization": "token alice"}
-    )
+    response = await jp_fetch("edt", "api", "v1", "jobs", job_id, headers=as_user("alice"))
     job = json.loads(response.body)
     assert job["state"] == "SUCCEEDED" and job["user"] == "alice"
     program = job["spec"]["code"]

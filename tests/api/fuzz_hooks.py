@@ -1,5 +1,6 @@
-"""Schemathesis hooks of tests/test_api_fuzz.py: the rules of the API that its contract cannot
-state. The schemathesis CLI loads this module (SCHEMATHESIS_HOOKS=fuzz_hooks, tests/ on the path).
+"""Schemathesis hooks of tests/api/test_api_fuzz.py: the rules of the API that its contract
+cannot state. The schemathesis CLI loads this module (SCHEMATHESIS_HOOKS=fuzz_hooks, tests/api/
+on the path).
 
 JSON Schema states types, bounds and patterns, so the fuzzer generates requests that obey
 them; a few rules compare two fields, name a file on the server, or concern the contents of an

@@ -1,52 +1,21 @@
 """Jobs that really run: a real Jupyter server, its job service, driver processes and gloo
-workers on virtual GPUs. Waits poll the REST API for a condition, each bounded by a deadline."""
+workers on virtual GPUs. Waits poll the REST API or the driver's status for a condition, each
+bounded by a deadline (`eventually`)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
-from jobprograms import DEADLINE_S, elastic, program
+from jobprograms import elastic, program
+from multiuser import api, finished, wait_for
+from realjobs import alive, wait_status
 
 from jupyter_edt.runtime.jobdir import JobDir, process_start_time
 
-
-@pytest.fixture
-def edt_config():
-    return {"devices": "virtual", "virtual_gpus": 4, "min_rescale_interval": 0.0}
-
-
-@pytest.fixture
-def jp_server_config(multi_user_config):
-    return multi_user_config
-
-
-async def api(jp_fetch, user, *path, method="GET", body=None, **kw):
-    kwargs = {"method": method, "headers": {"Authorization": f"token {user}"}, **kw}
-    if body is not None:
-        kwargs["body"] = json.dumps(body)
-    response = await jp_fetch("edt", "api", "v1", *path, **kwargs)
-    return json.loads(response.body)
-
-
-async def wait_for(jp_fetch, user, job_id, condition, what: str) -> dict:
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        job = await api(jp_fetch, user, "jobs", job_id)
-        if condition(job):
-            return job
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job {job_id} never became {what}; last seen: {job}")
-        await asyncio.sleep(0.2)
-
-
-def finished(job) -> bool:
-    return job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
+pytestmark = pytest.mark.multi_user
 
 
 async def test_a_job_trains_to_success_with_metrics_logs_and_model(jp_fetch, tmp_path):
@@ -123,14 +92,6 @@ def worker_pids(job_root: Path) -> set[int]:
     return pids
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return process_start_time(pid) is not None
-
-
 async def test_a_second_user_makes_the_first_job_cede_gpus_in_place_and_get_them_back(
     jp_fetch, tmp_path
 ):
@@ -176,17 +137,6 @@ async def test_a_second_user_makes_the_first_job_cede_gpus_in_place_and_get_them
 
     cancelled = await api(jp_fetch, "alice", "jobs", a["id"], method="DELETE")
     assert cancelled["state"] == "CANCELLED"
-
-
-async def wait_status(job_dir: JobDir, condition, what: str) -> dict:
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        status = job_dir.read_status()
-        if status is not None and condition(status):
-            return status
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the driver never {what}; last status: {status}")
-        await asyncio.sleep(0.2)
 
 
 async def test_a_plain_program_sees_the_job_environment(jp_fetch, tmp_path):

@@ -5,24 +5,23 @@ checkpoint, or past `max_restarts`, it fails saying which process died, how, and
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from jobprograms import DEADLINE_S
-from test_recovery import start_service
-from test_recovery import stop_service as stop_recovery_service
+from realjobs import alive, start_service
+from realjobs import stop_service as shut_down
+from waiting import eventually
 
 from jupyter_edt.jobs.models import JobSpec
 from jupyter_edt.jobs.service import JobService
-from jupyter_edt.runtime.jobdir import JobDir, process_start_time
+from jupyter_edt.runtime.jobdir import JobDir
 
 pytestmark = pytest.mark.asyncio
 
@@ -71,27 +70,13 @@ async def stop_service(service: JobService) -> None:
     for job in service.store.list_jobs():
         if not job.state.terminal:
             await service.cancel(job.user, job.id)
-    await stop_recovery_service(service)
-
-
-async def wait_until(condition, what: str, interval: float = 0.05):
-    """Poll `condition` until it returns something true; fail after the deadline."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never {what}")
-        await asyncio.sleep(interval)
-    return value
-
-
-def alive(pid: int) -> bool:
-    return process_start_time(pid) is not None
+    await shut_down(service)
 
 
 async def kill_driver_when(service: JobService, job_id: str, ready) -> dict:
     """SIGKILL the job's driver once `ready(job_dir)` holds; its status at that moment."""
     d = service.runner.job_dir(job_id)
-    status = await wait_until(lambda: ready(d) and d.read_status(), "was ready to be killed")
+    status = await eventually(lambda: ready(d) and d.read_status(), "was ready to be killed")
     os.kill(status["pid"], signal.SIGKILL)
     return status
 
@@ -116,16 +101,16 @@ async def test_a_killed_driver_resumes_from_its_checkpoint_and_ends_as_an_uninte
     try:
         job = await service.submit("alice", JobSpec(max_gpus=2, code=PROGRAM))
         first = await kill_driver_when(service, job.id, mid_run)
-        requeued = await wait_until(
+        requeued = await eventually(
             lambda: (j := service.store.get_job(job.id)).restarts == 1 and j,
             "went back to the queue",
             interval=0.01,
         )
         # its workers went with it: nothing of the first run trains on beside the second
-        await wait_until(
+        await eventually(
             lambda: not any(alive(p) for p in first["pids"].values()), "stopped the workers"
         )
-        done = await wait_until(
+        done = await eventually(
             lambda: (
                 (j := service.store.get_job(job.id)).state in ("SUCCEEDED", "FAILED", "CANCELLED")
                 and j
@@ -168,10 +153,10 @@ async def test_a_killed_driver_without_a_checkpoint_fails_the_job_saying_how(tmp
         status = await kill_driver_when(
             service, job.id, lambda d: (d.read_status() or {}).get("state") == "running"
         )
-        done = await wait_until(
+        done = await eventually(
             lambda: (j := service.store.get_job(job.id)).state == "FAILED" and j, "failed"
         )
-        await wait_until(
+        await eventually(
             lambda: not any(alive(p) for p in status["pids"].values()), "stopped the workers"
         )
     finally:
@@ -185,7 +170,7 @@ async def test_past_max_restarts_a_killed_driver_fails_the_job(tmp_path):
     try:
         job = await service.submit("alice", JobSpec(max_gpus=1, code=PROGRAM))
         await kill_driver_when(service, job.id, mid_run)
-        done = await wait_until(
+        done = await eventually(
             lambda: (j := service.store.get_job(job.id)).state == "FAILED" and j, "failed"
         )
     finally:
@@ -200,7 +185,7 @@ async def test_a_driver_that_reports_the_jobs_failure_fails_it_without_a_restart
     service = start_service(tmp_path)
     try:
         job = await service.submit("alice", JobSpec(max_gpus=1, code="raise ValueError('bad')"))
-        done = await wait_until(
+        done = await eventually(
             lambda: (j := service.store.get_job(job.id)).state == "FAILED" and j, "failed"
         )
     finally:

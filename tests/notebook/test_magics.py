@@ -8,15 +8,12 @@ event loop (this test's loop) can answer. Most tests have no devices, so jobs st
 from __future__ import annotations
 
 import asyncio
-import copy
 import os
 import socket
 import textwrap
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
-from traitlets.config import Config
 
 from jupyter_edt.notebook import EDTClient, Job
 from jupyter_edt.notebook.magics import EDTMagics
@@ -25,29 +22,14 @@ from jupyter_edt.notebook.table import JobTable
 run = asyncio.to_thread
 
 
-@pytest.fixture
-def edt_config():
-    return {"devices": "virtual", "virtual_gpus": 0}
+# users named by token (alice, bob); one test has Jupyter's own single-user token login
+pytestmark = pytest.mark.multi_user
 
 
 @pytest.fixture
-def jp_server_config(request, multi_user_config):
-    """Users named by token (alice, bob), or with the param "jupyter-token", Jupyter's own
-    single-user token login, whose token a kernel finds in the server's runtime file."""
-    config = copy.deepcopy(multi_user_config)
-    if getattr(request, "param", None) == "jupyter-token":
-        del config["ServerApp"]["identity_provider_class"]
-    return config
-
-
-@pytest.fixture
-def shell():
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    ip = InteractiveShell.instance(config=config)
-    ip.extension_manager.load_extension("jupyter_edt")  # what `%load_ext jupyter_edt` does
-    yield ip
-    InteractiveShell.clear_instance()
+def shell(shell):
+    shell.extension_manager.load_extension("jupyter_edt")  # what `%load_ext jupyter_edt` does
+    return shell
 
 
 @pytest.fixture
@@ -258,7 +240,7 @@ KERNEL_CELLS = [
 ]
 
 
-@pytest.mark.parametrize("jp_server_config", ["jupyter-token"], indirect=True)
+@pytest.mark.multi_user(False)  # Jupyter's own token login: a kernel finds it in the runtime file
 async def test_a_kernel_started_by_the_server_finds_it_with_zero_configuration(
     jp_serverapp, http_server, monkeypatch
 ):

@@ -6,10 +6,9 @@ import io
 import json
 import re
 import tarfile
-from pathlib import Path
 
 import pytest
-import yaml
+from apidoc import DOC, check
 from jsonschema import Draft202012Validator
 from tornado.httpclient import HTTPClientError
 from tornado.websocket import WebSocketHandler
@@ -17,7 +16,6 @@ from tornado.websocket import WebSocketHandler
 from jupyter_edt.api import default_handlers
 from jupyter_edt.api.wmla import wmla_handlers
 
-DOC = yaml.safe_load((Path(__file__).parents[1] / "docs" / "openapi.yaml").read_text())
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
@@ -64,28 +62,6 @@ def test_the_examples_match_their_schemas():
     assert examples
     for schema, example in examples:
         Draft202012Validator({**schema, "components": DOC["components"]}).validate(example)
-
-
-def doc_path(path: str) -> str:
-    """A documented path; `/execs` (a path under its own API's base) names `/wmla/v1/execs`."""
-    if path in DOC["paths"]:
-        return path
-    (found,) = (p for p in (f"/v1{path}", f"/wmla/v1{path}") if p in DOC["paths"])
-    return found
-
-
-def check(path: str, method: str, status: int, body) -> None:
-    """Validate a response body against the document's schema for it."""
-    response = DOC["paths"][doc_path(path)][method]["responses"][str(status)]
-    if "$ref" in response:
-        response = DOC["components"]["responses"][response["$ref"].rsplit("/", 1)[1]]
-    schema = response["content"]["application/json"]["schema"]
-    Draft202012Validator({**schema, "components": DOC["components"]}).validate(body)
-
-
-@pytest.fixture
-def edt_config():
-    return {"devices": "virtual", "virtual_gpus": 0}
 
 
 async def test_responses_match_their_schemas(jp_fetch):

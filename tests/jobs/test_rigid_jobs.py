@@ -9,20 +9,13 @@ import json
 
 import pytest
 from jobprograms import program
-from test_job_lifecycle import api, finished, wait_for, wait_status
+from multiuser import api, finished, wait_for
+from realjobs import alive, wait_status
 from tornado.httpclient import HTTPClientError
 
-from jupyter_edt.runtime.jobdir import JobDir, process_start_time
+from jupyter_edt.runtime.jobdir import JobDir
 
-
-@pytest.fixture
-def edt_config():
-    return {"devices": "virtual", "virtual_gpus": 4, "min_rescale_interval": 0.0}
-
-
-@pytest.fixture
-def jp_server_config(multi_user_config):
-    return multi_user_config
+pytestmark = pytest.mark.multi_user
 
 
 def rigid_program(marker) -> str:
@@ -30,13 +23,8 @@ def rigid_program(marker) -> str:
     return f"import os, time\nwhile not os.path.exists({str(marker)!r}):\n    time.sleep(0.05)\n"
 
 
-def stored_events(serverapp, job_id: str) -> list[dict]:
-    (app,) = serverapp.extension_manager.extension_apps["jupyter_edt"]
+def stored_events(app, job_id: str) -> list[dict]:
     return app.job_service.store.events(job_id=job_id)
-
-
-def alive(pid: int) -> bool:
-    return process_start_time(pid) is not None
 
 
 async def start_rigid(jp_fetch, tmp_path, marker, **spec) -> tuple[dict, JobDir, dict]:
@@ -51,7 +39,7 @@ async def start_rigid(jp_fetch, tmp_path, marker, **spec) -> tuple[dict, JobDir,
 
 
 async def test_a_rigid_job_runs_keeps_its_gpus_and_says_it_is_not_elastic(
-    jp_fetch, jp_serverapp, tmp_path
+    jp_fetch, edt_app, tmp_path
 ):
     marker = tmp_path / "done"
     rigid, d, status = await start_rigid(jp_fetch, tmp_path, marker)
@@ -85,13 +73,13 @@ async def test_a_rigid_job_runs_keeps_its_gpus_and_says_it_is_not_elastic(
     assert done["state"] == "SUCCEEDED" and done["elastic"] is False, done["reason"]
     ran = await wait_for(jp_fetch, "bob", other["id"], finished, "finished")
     assert ran["state"] == "SUCCEEDED" and ran["elastic"] is True, ran["reason"]
-    announced = [e for e in stored_events(jp_serverapp, other["id"]) if e["kind"] == "elastic"]
+    announced = [e for e in stored_events(edt_app, other["id"]) if e["kind"] == "elastic"]
     assert [e["elastic"] for e in announced] == [True]
 
 
 @pytest.mark.parametrize("edt_config", [{"virtual_gpus": 4, "policy": "priority"}])
 async def test_priority_stops_a_rigid_job_at_once_and_it_starts_over_later(
-    jp_fetch, jp_serverapp, tmp_path
+    jp_fetch, edt_app, tmp_path
 ):
     marker = tmp_path / "done"
     low, d, status = await start_rigid(jp_fetch, tmp_path, marker)
@@ -110,7 +98,7 @@ async def test_priority_stops_a_rigid_job_at_once_and_it_starts_over_later(
     final = d.read_status()
     assert final["state"] == "suspended" and final["checkpointed"] is False
     assert not any(alive(pid) for pid in status["pids"].values())
-    events = stored_events(jp_serverapp, low["id"])
+    events = stored_events(edt_app, low["id"])
     released = [e for e in events if e["kind"] == "allocation" and not e["devices"]]
     assert "stopped (a rigid job cannot checkpoint)" in released[-1]["reason"]
 

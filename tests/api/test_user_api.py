@@ -5,18 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from multiuser import as_user
 from tornado.httpclient import HTTPClientError
 
-
-@pytest.fixture
-def jp_server_config(multi_user_config):
-    return multi_user_config
+pytestmark = pytest.mark.multi_user
 
 
 async def whoami(jp_fetch, token: str) -> dict:
-    response = await jp_fetch(
-        "edt", "api", "v1", "user", headers={"Authorization": f"token {token}"}
-    )
+    response = await jp_fetch("edt", "api", "v1", "user", headers=as_user(token))
     assert response.code == 200
     return json.loads(response.body)
 
@@ -27,7 +23,7 @@ async def test_each_user_gets_their_own_name_and_admin_flag(jp_fetch):
 
 
 async def test_the_name_is_the_one_jobs_are_recorded_under(jp_fetch):
-    headers = {"Authorization": "token bob"}
+    headers = as_user("bob")
     response = await jp_fetch(
         "edt",
         "api",
@@ -43,5 +39,5 @@ async def test_the_name_is_the_one_jobs_are_recorded_under(jp_fetch):
 
 async def test_an_unauthenticated_caller_is_refused(jp_fetch):
     with pytest.raises(HTTPClientError) as caught:
-        await jp_fetch("edt", "api", "v1", "user", headers={"Authorization": "token mallory"})
+        await jp_fetch("edt", "api", "v1", "user", headers=as_user("mallory"))
     assert caught.value.code == 403

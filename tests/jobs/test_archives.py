@@ -11,46 +11,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from archive_files import make_tar, make_zip, tar_file, tar_special
 
 from jupyter_edt.api.uploads import FormError, UploadForm
 from jupyter_edt.jobs.archives import list_artifacts, open_artifact, safe_extract, zip_directory
 
 LIMITS = {"max_bytes": 1 << 20, "max_files": 100}
-
-
-def make_tar(members: list[tuple[tarfile.TarInfo, bytes | None]], mode: str = "w:gz") -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode=mode) as tar:
-        for info, data in members:
-            if data is not None:
-                info.size = len(data)
-            tar.addfile(info, io.BytesIO(data) if data is not None else None)
-    return out.getvalue()
-
-
-def tar_file(name: str, data: bytes = b"x", mode: int = 0o644) -> tuple[tarfile.TarInfo, bytes]:
-    info = tarfile.TarInfo(name)
-    info.mode = mode
-    return info, data
-
-
-def tar_special(name: str, kind: bytes, linkname: str = "") -> tuple[tarfile.TarInfo, None]:
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    info.linkname = linkname
-    return info, None
-
-
-def make_zip(files: dict[str, bytes], *, symlinks: dict[str, str] | None = None) -> bytes:
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
-        for name, target in (symlinks or {}).items():
-            info = zipfile.ZipInfo(name)
-            info.external_attr = (stat.S_IFLNK | 0o777) << 16
-            zf.writestr(info, target)
-    return out.getvalue()
 
 
 def leftovers(parent: Path) -> list[str]:

@@ -23,11 +23,6 @@ run = asyncio.to_thread
 
 
 @pytest.fixture
-def edt_config():
-    return {"devices": "virtual", "virtual_gpus": 0}
-
-
-@pytest.fixture
 def cli(http_server, jp_serverapp, monkeypatch):
     """`main` with no server configured: discovery must find the live one."""
     for name in ("EDT_URL", "EDT_TOKEN", "JUPYTERHUB_SERVICE_URL", "JUPYTERHUB_API_TOKEN"):

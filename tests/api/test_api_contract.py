@@ -1,4 +1,4 @@
-"""What fuzzing the API from its contract (tests/test_api_fuzz.py) found in the server, each
+"""What fuzzing the API from its contract (tests/api/test_api_fuzz.py) found in the server, each
 fixed behaviour pinned here on a real Jupyter server: the served document, JSON answers for
 every path under /edt/api/, 405s that name the allowed methods, integral numbers read as
 integers, a missing log as a 404, and cursors of any size."""
@@ -6,18 +6,10 @@ integers, a missing log as a 404, and cursors of any size."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-import yaml
+from apidoc import DOC
 from tornado.httpclient import HTTPClientError
-
-DOC = yaml.safe_load((Path(__file__).parents[1] / "docs" / "openapi.yaml").read_text())
-
-
-@pytest.fixture
-def edt_config():
-    return {"devices": "virtual", "virtual_gpus": 0}  # every job stays QUEUED
 
 
 async def api(jp_fetch, *path: str, method: str = "GET", body=None, **kw):

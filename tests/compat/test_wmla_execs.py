@@ -8,17 +8,17 @@ import asyncio
 import io
 import json
 import textwrap
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from apidoc import check
 from jobprograms import DEADLINE_S, program
-from test_job_lifecycle import api, wait_for
-from test_openapi import check
+from multiuser import api, as_user, wait_for
 from tornado.httpclient import HTTPClientError
+from waiting import eventually
 from wmla_program import model_dir_tar, multipart_file
 
 from jupyter_edt.compat.fabric_model import FabricModel
@@ -36,18 +36,16 @@ EPOCHS = 25
 STEPS = EPOCHS * 4
 
 
+pytestmark = pytest.mark.multi_user
+
+
 @pytest.fixture
 def edt_config():
     return {"devices": "virtual", "virtual_gpus": 4, "min_rescale_interval": 0.0}
 
 
-@pytest.fixture
-def jp_server_config(multi_user_config):
-    return multi_user_config
-
-
 async def wmla(jp_fetch, user, *path, method="GET", raw=False, **kw):
-    headers = {"Authorization": f"token {user}", **kw.pop("headers", {})}
+    headers = {**as_user(user), **kw.pop("headers", {})}
     response = await jp_fetch(
         "edt", "api", "wmla", "v1", *path, method=method, headers=headers, **kw
     )
@@ -61,14 +59,13 @@ async def wmla_error(jp_fetch, user, *path, **kw) -> tuple[int, dict]:
 
 
 async def wait_exec(jp_fetch, user, exec_id, condition, what: str) -> dict:
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        view = await wmla(jp_fetch, user, "execs", exec_id)
-        if condition(view):
-            return view
-        if time.monotonic() > deadline:
-            raise AssertionError(f"exec {exec_id} never became {what}; last seen: {view}")
-        await asyncio.sleep(0.2)
+    """The exec as `user` reads it, once `condition(view)` holds."""
+    return await eventually(
+        lambda: wmla(jp_fetch, user, "execs", exec_id),
+        f"became {what} (exec {exec_id})",
+        until=condition,
+        interval=0.2,
+    )
 
 
 async def test_a_wmla_program_runs_grows_and_returns_its_metrics_logs_and_results(
@@ -204,10 +201,13 @@ async def test_stop_and_delete_map_to_stopped_and_killed(jp_fetch, tmp_path):
         )
     ids = [v["id"] for v in views]
     await wait_exec(jp_fetch, "alice", ids[0], lambda e: e["state"] == "RUNNING", "RUNNING")
-    deadline = time.monotonic() + DEADLINE_S
-    while not (await api(jp_fetch, "alice", "jobs", ids[0], "metrics"))["metrics"]:
-        assert time.monotonic() < deadline, "the exec never reported a metric"
-        await asyncio.sleep(0.2)  # RUNNING is its processes up; training reports metrics
+    # RUNNING is its processes up; training reports metrics
+    await eventually(
+        lambda: api(jp_fetch, "alice", "jobs", ids[0], "metrics"),
+        f"reported a metric (exec {ids[0]})",
+        until=lambda answer: answer["metrics"],
+        interval=0.2,
+    )
     stopped = await wmla(jp_fetch, "alice", "execs", ids[0], "stop", method="POST", body=b"")
     assert stopped["state"] == "STOPPED"
     check("/execs/{exec_id}/stop", "post", 200, stopped)

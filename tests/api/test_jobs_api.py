@@ -9,35 +9,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from multiuser import api, as_user
 from tornado.httpclient import HTTPClientError
 from tornado.websocket import websocket_connect
 
-
-@pytest.fixture
-def edt_config():
-    return {"devices": "virtual", "virtual_gpus": 0}
-
-
-@pytest.fixture
-def jp_server_config(multi_user_config):
-    return multi_user_config
-
-
-def as_user(name: str) -> dict:
-    return {"Authorization": f"token {name}"}
-
-
-async def call(jp_fetch, user: str, *path: str, method: str = "GET", body=None, **kw):
-    kwargs = {"method": method, "headers": as_user(user), **kw}
-    if body is not None:
-        kwargs["body"] = body if isinstance(body, str | bytes) else json.dumps(body)
-    response = await jp_fetch("edt", "api", "v1", *path, **kwargs)
-    return json.loads(response.body) if response.body else None
+pytestmark = pytest.mark.multi_user
 
 
 async def error(jp_fetch, user: str, *path: str, **kw) -> tuple[int, dict]:
     with pytest.raises(HTTPClientError) as caught:
-        await call(jp_fetch, user, *path, **kw)
+        await api(jp_fetch, user, *path, **kw)
     return caught.value.code, json.loads(caught.value.response.body)
 
 
@@ -45,30 +26,30 @@ SPEC = {"name": "mnist", "code": "print('hi')", "max_gpus": 2}
 
 
 async def test_submit_then_read_list_patch_and_cancel(jp_fetch):
-    job = await call(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
+    job = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
     assert job["state"] == "QUEUED" and job["user"] == "alice" and job["name"] == "mnist"
     assert job["spec"]["code"] == "print('hi')" and job["devices"] == []
 
-    assert await call(jp_fetch, "alice", "jobs", job["id"]) == job
-    listed = await call(jp_fetch, "alice", "jobs", params={"state": "QUEUED"})
+    assert await api(jp_fetch, "alice", "jobs", job["id"]) == job
+    listed = await api(jp_fetch, "alice", "jobs", params={"state": "QUEUED"})
     assert [j["id"] for j in listed["jobs"]] == [job["id"]]
-    assert (await call(jp_fetch, "alice", "jobs", params={"state": "RUNNING"}))["jobs"] == []
+    assert (await api(jp_fetch, "alice", "jobs", params={"state": "RUNNING"}))["jobs"] == []
 
-    patched = await call(
+    patched = await api(
         jp_fetch, "alice", "jobs", job["id"], method="PATCH", body={"priority": 7, "max_gpus": 3}
     )
     assert (patched["priority"], patched["max_gpus"]) == (7, 3)
 
-    cancelled = await call(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
+    cancelled = await api(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
     assert cancelled["state"] == "CANCELLED" and cancelled["finished"] is not None
     code, body = await error(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
     assert code == 403 and "already finished" in body["message"]
 
 
 async def test_users_see_and_change_only_their_own_jobs(jp_fetch):
-    mine = await call(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
-    theirs = await call(jp_fetch, "bob", "jobs", method="POST", body=SPEC)
-    assert [j["id"] for j in (await call(jp_fetch, "alice", "jobs"))["jobs"]] == [mine["id"]]
+    mine = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
+    theirs = await api(jp_fetch, "bob", "jobs", method="POST", body=SPEC)
+    assert [j["id"] for j in (await api(jp_fetch, "alice", "jobs"))["jobs"]] == [mine["id"]]
     for method, body in (("GET", None), ("PATCH", {"priority": 1}), ("DELETE", None)):
         code, answer = await error(
             jp_fetch, "alice", "jobs", theirs["id"], method=method, body=body
@@ -76,11 +57,11 @@ async def test_users_see_and_change_only_their_own_jobs(jp_fetch):
         assert code == 404 and theirs["id"] in answer["message"]
     code, _ = await error(jp_fetch, "alice", "jobs", params={"user": "bob"})
     assert code == 403
-    assert (await call(jp_fetch, "bob", "jobs", theirs["id"]))["state"] == "QUEUED"
+    assert (await api(jp_fetch, "bob", "jobs", theirs["id"]))["state"] == "QUEUED"
     # an administrator sees everyone's
-    everyone = await call(jp_fetch, "root", "jobs")
+    everyone = await api(jp_fetch, "root", "jobs")
     assert {j["id"] for j in everyone["jobs"]} == {mine["id"], theirs["id"]}
-    only_bob = await call(jp_fetch, "root", "jobs", params={"user": "bob"})
+    only_bob = await api(jp_fetch, "root", "jobs", params={"user": "bob"})
     assert [j["id"] for j in only_bob["jobs"]] == [theirs["id"]]
 
 
@@ -100,7 +81,7 @@ async def test_a_bad_submission_names_the_field_and_stores_nothing(jp_fetch, bod
     code, answer = await error(jp_fetch, "alice", "jobs", method="POST", body=body)
     assert code == 400
     assert answer["field"] == field and answer["message"]
-    assert (await call(jp_fetch, "alice", "jobs"))["jobs"] == []
+    assert (await api(jp_fetch, "alice", "jobs"))["jobs"] == []
 
 
 @pytest.mark.parametrize(
@@ -113,10 +94,10 @@ async def test_a_bad_submission_names_the_field_and_stores_nothing(jp_fetch, bod
     ],
 )
 async def test_a_bad_patch_names_the_field_and_changes_nothing(jp_fetch, body, field):
-    job = await call(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
+    job = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
     code, answer = await error(jp_fetch, "alice", "jobs", job["id"], method="PATCH", body=body)
     assert code == 400 and answer["field"] == field
-    assert await call(jp_fetch, "alice", "jobs", job["id"]) == job
+    assert await api(jp_fetch, "alice", "jobs", job["id"]) == job
 
 
 async def test_unknown_state_filter_and_unknown_job(jp_fetch):
@@ -142,18 +123,18 @@ async def test_requests_without_credentials_are_refused(http_server_client, jp_b
 async def test_events_stream_backlog_then_live_and_resume_from_a_cursor(
     jp_fetch, jp_http_port, jp_base_url
 ):
-    first = await call(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
-    await call(jp_fetch, "bob", "jobs", method="POST", body=SPEC)  # not alice's to see
+    first = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
+    await api(jp_fetch, "bob", "jobs", method="POST", body=SPEC)  # not alice's to see
     url = f"ws://localhost:{jp_http_port}{jp_base_url}edt/api/v1/events"
     ws = await websocket_connect(f"{url}?token=alice")
     backlog = json.loads(await ws.read_message())
     assert backlog["job_id"] == first["id"] and backlog["state"] == "QUEUED"
-    second = await call(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
+    second = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
     live = json.loads(await ws.read_message())
     assert live["job_id"] == second["id"] and live["id"] > backlog["id"]
     ws.close()
 
-    await call(jp_fetch, "alice", "jobs", first["id"], method="DELETE")
+    await api(jp_fetch, "alice", "jobs", first["id"], method="DELETE")
     ws = await websocket_connect(f"{url}?token=alice&after={live['id']}")
     resumed = json.loads(await ws.read_message())
     assert (resumed["job_id"], resumed["state"]) == (first["id"], "CANCELLED")
@@ -162,8 +143,8 @@ async def test_events_stream_backlog_then_live_and_resume_from_a_cursor(
     ws = await websocket_connect(f"{url}?token=alice&job_id={second['id']}")
     only = json.loads(await ws.read_message())  # not the first job's events before it
     assert (only["job_id"], only["state"]) == (second["id"], "QUEUED")
-    await call(jp_fetch, "alice", "jobs", method="POST", body=SPEC)  # another job: not sent
-    await call(jp_fetch, "alice", "jobs", second["id"], method="PATCH", body={"priority": 3})
+    await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)  # another job: not sent
+    await api(jp_fetch, "alice", "jobs", second["id"], method="PATCH", body={"priority": 3})
     change = json.loads(await ws.read_message())
     assert (change["job_id"], change["kind"], change["priority"]) == (second["id"], "limits", 3)
     ws.close()
@@ -185,7 +166,7 @@ async def test_events_socket_requires_credentials(http_server_client, jp_base_ur
 async def test_a_script_is_copied_at_submission(jp_fetch, tmp_path):
     script = tmp_path / "train.py"
     script.write_text("print('version 1')\n")
-    job = await call(
+    job = await api(
         jp_fetch, "alice", "jobs", method="POST", body={"script": str(script), "max_gpus": 1}
     )
     script.write_text("print('version 2')\n")  # edited while the job waits
@@ -196,14 +177,14 @@ async def test_a_script_is_copied_at_submission(jp_fetch, tmp_path):
             jp_fetch, "alice", "jobs", method="POST", body={"script": str(bad), "max_gpus": 1}
         )
         assert code == 400 and answer["field"] == "script"
-    assert len((await call(jp_fetch, "alice", "jobs"))["jobs"]) == 1
+    assert len((await api(jp_fetch, "alice", "jobs"))["jobs"]) == 1
 
 
 async def test_changing_a_finished_job_is_a_conflict_that_changes_nothing(jp_fetch):
-    job = await call(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
-    cancelled = await call(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
+    job = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
+    cancelled = await api(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
     code, answer = await error(
         jp_fetch, "alice", "jobs", job["id"], method="PATCH", body={"priority": 3}
     )
     assert code == 409 and "has finished (CANCELLED)" in answer["message"]
-    assert await call(jp_fetch, "alice", "jobs", job["id"]) == cancelled
+    assert await api(jp_fetch, "alice", "jobs", job["id"]) == cancelled

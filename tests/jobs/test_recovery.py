@@ -10,56 +10,27 @@ import asyncio
 import json
 import os
 import signal
-import time
 
 import pytest
-from jobprograms import DEADLINE_S, elastic, program
+from jobprograms import elastic, program
+from realjobs import start_service, stop_service
+from waiting import eventually
 
 from jupyter_edt.jobs.models import JobSpec, JobState
-from jupyter_edt.jobs.runner import DriverRunner
 from jupyter_edt.jobs.service import JobService
-from jupyter_edt.jobs.store import JobStore
-from jupyter_edt.launch.local import LocalLauncher
 from jupyter_edt.runtime.jobdir import JobDir, process_start_time
-from jupyter_edt.scheduling.inventory import VirtualInventory
-from jupyter_edt.scheduling.monitor import InventoryMonitor
-from jupyter_edt.scheduling.policy import PolicyName
 
 pytestmark = pytest.mark.asyncio
 
 
-def start_service(tmp_path, policy: PolicyName = "fair-share", **options) -> JobService:
-    """A job service on 2 virtual GPUs with a real runner; `options` go to JobService."""
-    runner = DriverRunner(LocalLauncher(), tmp_path / "jobs")
-    monitor = InventoryMonitor(VirtualInventory(2))
-    monitor.record(monitor.inventory.read(), time.time())
-    service = JobService(
-        JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}"),
-        monitor,
-        runner,
-        policy=policy,
-        min_rescale_interval=0.0,
-        **options,
+async def wait_until(service: JobService, job_id: str, condition, what: str):
+    """The job as the service's store holds it, once `condition(job)` holds."""
+    return await eventually(
+        lambda: service.store.get_job(job_id),
+        f"{what} (job {job_id})",
+        until=condition,
+        interval=0.2,
     )
-    return service
-
-
-async def stop_service(service: JobService) -> None:
-    """What a server shutdown does: stop watching, close the store; jobs keep running."""
-    await service.close()
-    await service.runner.close()
-    service.store.close()
-
-
-async def wait_until(service: JobService, job_id: str, condition, what: str) -> dict:
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        job = service.store.get_job(job_id)
-        if condition(job):
-            return job
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job {job_id} never {what}; last seen: {job}")
-        await asyncio.sleep(0.2)
 
 
 async def test_a_running_job_is_reattached_and_finishes(tmp_path):

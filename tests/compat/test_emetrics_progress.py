@@ -4,7 +4,8 @@ server makes from real emetrics lines (``compat.formats``).
 
 The JobWidget's chart series are made in the browser by ``src/charts/series.ts`` (shared with
 the lab's job detail tab), from these same records.
-Regenerate the fixture after a format change: ``.venv/bin/python tests/test_emetrics_progress.py``.
+Regenerate the fixture after a format change:
+``.venv/bin/python tests/compat/test_emetrics_progress.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from jupyter_edt.compat.formats import emetrics_line, emetrics_records
 from jupyter_edt.notebook import Job
 from jupyter_edt.notebook.progress import MetricsTracker, emetrics_values, format_line
 
-FIXTURE = Path(__file__).resolve().parent.parent / "src/__tests__/fixtures/emetrics.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "src/__tests__/fixtures/emetrics.json"
 
 JOB_DATA = {
     "id": "a1b2c3d4e5f6",

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import pytest
 from jobprograms import program
-from test_job_lifecycle import alive, api, wait_for, wait_status
+from multiuser import api, wait_for
+from realjobs import alive, wait_status
 
 from jupyter_edt.runtime.jobdir import JobDir
+
+pytestmark = pytest.mark.multi_user
 
 
 @pytest.fixture
@@ -24,24 +27,18 @@ def edt_config():
     }
 
 
-@pytest.fixture
-def jp_server_config(multi_user_config):
-    return multi_user_config
-
-
-async def started_edt_app(serverapp):
-    """The extension, started as a running server starts it once its event loop runs (its
-    `_post_start`, which pytest-jupyter leaves out): recovery, then the periodic device
+async def started_edt_app(serverapp, app):
+    """The extension `app`, started as a running server starts it once its event loop runs
+    (its `_post_start`, which pytest-jupyter leaves out): recovery, then the periodic device
     readings."""
     await serverapp.extension_manager.start_all_extensions()
-    (app,) = serverapp.extension_manager.extension_apps["jupyter_edt"]
     return app
 
 
 async def test_a_vanished_device_is_taken_from_its_job_which_runs_on_and_gets_it_back(
-    jp_fetch, jp_serverapp, tmp_path
+    jp_fetch, jp_serverapp, edt_app, tmp_path
 ):
-    app = await started_edt_app(jp_serverapp)
+    app = await started_edt_app(jp_serverapp, edt_app)
     a = await api(
         jp_fetch,
         "alice",
