@@ -45,7 +45,7 @@ describe('downsampling', () => {
   });
 
   it('caps a series deterministically, as the kernel does', () => {
-    // The same pushes in Python (tests/test_widgets.py) give the same points.
+    // The same pushes in Python (tests/notebook/test_widgets.py) give the same points.
     const buffer = new SeriesBuffer(10);
     for (const x of range(25)) {
       buffer.push(x, -x);
