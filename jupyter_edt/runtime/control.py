@@ -47,10 +47,17 @@ from typing import Any
 
 from ..launch.base import Launcher, ProcessHandle, ProcessSpec
 from ..launch.local import LocalLauncher
+from .store_keys import (
+    CTL,
+    failed_key,
+    formed_key,
+    held_key,
+    members_key,
+    ready_key,
+    release_key,
+)
 
-__all__ = ["CTL", "LocalController", "WorkerCrashed"]
-
-CTL = "ctl"
+__all__ = ["LocalController", "WorkerCrashed"]
 
 
 class WorkerCrashed(RuntimeError):
@@ -66,30 +73,6 @@ class WorkerCrashed(RuntimeError):
         super().__init__(f"workers crashed: {dict(codes)}; see {log_dir}")
         self.codes = dict(codes)
         self.joiners = tuple(joiners)
-
-
-def members_key(gen: int) -> str:
-    return f"members/{gen}"
-
-
-def ready_key(worker: str) -> str:
-    return f"ready/{worker}"
-
-
-def formed_key(gen: int) -> str:
-    return f"formed/{gen}"
-
-
-def failed_key(gen: int) -> str:
-    return f"failed/{gen}"
-
-
-def held_key(step: int, worker: str) -> str:
-    return f"held/{step}/{worker}"
-
-
-def release_key(step: int) -> str:
-    return f"release/{step}"
 
 
 class LocalController:

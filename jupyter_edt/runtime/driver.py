@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from ..launch.local import merged_log_path
-from .control import LocalController, WorkerCrashed, formed_key
+from .control import LocalController, WorkerCrashed
 from .jobdir import JobDir, checkpoints, process_start_time, read_json
+from .store_keys import formed_key
 
 TICK_S = 0.1
 MAX_REPLACEMENTS = 3  # new workers on devices whose worker failed, over the job's life

@@ -55,8 +55,8 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 import torch
 import torch.distributed as dist
 
-from . import control as keys
 from . import partition as part
+from . import store_keys as keys
 from .exchange import Comm, Op, OrderedExchange
 from .state import recv_state, send_state
 
@@ -77,10 +77,6 @@ P = ParamSpec("P")
 
 HEARTBEAT_S = 0.25  # how often a CUDA worker bumps its heartbeat counter
 STALE_S = 2.0  # a peer whose counter has not moved for this long is dead
-
-
-def heartbeat_key(worker: str) -> str:
-    return f"hb/{worker}"
 
 
 def names_gpu(visible: str | None) -> bool:
@@ -420,7 +416,7 @@ class ElasticGroup(_Reducer):
         may block on the store, e.g. in :meth:`hold`)."""
         try:
             store = self._connect()
-            key = heartbeat_key(self.worker_id)
+            key = keys.heartbeat_key(self.worker_id)
             store.add(key, 1)
             while not self._stop.wait(HEARTBEAT_S):
                 store.add(key, 1)
@@ -605,7 +601,7 @@ class ElasticGroup(_Reducer):
         for w in self.members:
             if w == self.worker_id:
                 continue
-            beat = int(self.store.add(heartbeat_key(w), 0))
+            beat = int(self.store.add(keys.heartbeat_key(w), 0))
             seen = self._beats.get(w)
             if seen is None or seen[0] != beat:
                 self._beats[w] = (beat, now)

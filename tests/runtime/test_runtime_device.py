@@ -22,12 +22,12 @@ from jupyter_edt.runtime.group import (
     ElasticGroup,
     GroupError,
     JobContext,
-    heartbeat_key,
     names_gpu,
     select_backend,
     select_device,
 )
 from jupyter_edt.runtime.state import latest_checkpoint, to_cpu
+from jupyter_edt.runtime.store_keys import heartbeat_key
 from jupyter_edt.runtime.trainer import env_overrides, resolve_device
 
 

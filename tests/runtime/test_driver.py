@@ -7,9 +7,9 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 
 from jobprograms import DEADLINE_S, program
+from waiting import eventually_sync
 
 from jupyter_edt.jobs.runner import _devices
 from jupyter_edt.runtime.driver import device_env
@@ -22,13 +22,12 @@ def device(i: int) -> dict:
 
 
 def wait_status(d: JobDir, condition, what: str) -> dict:
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        status = d.read_status()
-        if status is not None and condition(status):
-            return status
-        assert time.monotonic() < deadline, f"the driver never {what}: {status}"
-        time.sleep(0.1)
+    return eventually_sync(
+        d.read_status,
+        f"the driver {what}",
+        until=lambda status: status is not None and condition(status),
+        interval=0.1,
+    )
 
 
 def test_a_job_moved_to_all_new_devices_keeps_its_training_state(tmp_path):

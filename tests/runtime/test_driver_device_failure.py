@@ -10,11 +10,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from jobprograms import DEADLINE_S
 from test_driver import device
+from waiting import eventually_sync
 
 from jupyter_edt.runtime.jobdir import JobDir, write_json_atomic
 
@@ -86,15 +86,19 @@ def start_driver(tmp_path: Path, code: str, devices: list[dict], env: dict) -> t
 
 def wait_status(d: JobDir, driver: subprocess.Popen, condition, what: str) -> dict:
     """The driver's status once `condition` holds; fails at once if the driver has exited."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
+
+    def probe() -> dict | None:
         status = d.read_status()
-        if status is not None and condition(status):
-            return status
         out = (d.root.parent / "driver.out").read_text()
         assert driver.poll() is None, f"the driver exited before it {what}: {status}\n{out}"
-        assert time.monotonic() < deadline, f"the driver never {what}: {status}"
-        time.sleep(0.1)
+        return status
+
+    return eventually_sync(
+        probe,
+        f"the driver {what}",
+        until=lambda status: status is not None and condition(status),
+        interval=0.1,
+    )
 
 
 def steps_of(d: JobDir, worker: str) -> list[int]:
