@@ -107,6 +107,64 @@ class DeviceSlot:
     node: str = "local"
 
 
+@dataclass(frozen=True)
+class ShareRules:
+    """What a deployment sets between users: each user's weight in the fair share (default
+    1: a user of weight 2 gets twice the devices of one of weight 1 when both want more), and
+    the most devices a user, or all the users of a group together, may hold at once (quotas;
+    none by default). A job that its user's or a group's quota keeps from starting waits,
+    and does not hold back the jobs behind it."""
+
+    weights: Mapping[str, float] = field(default_factory=dict)
+    user_quotas: Mapping[str, int] = field(default_factory=dict)
+    group_quotas: Mapping[str, int] = field(default_factory=dict)
+    #: The groups each user belongs to (a group quota counts the devices of all of them).
+    groups: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for user, weight in self.weights.items():
+            if not weight > 0:
+                raise ValueError(f"The weight of user {user!r} must be positive, got {weight}.")
+        for kind, quotas in (("user", self.user_quotas), ("group", self.group_quotas)):
+            for name, quota in quotas.items():
+                if quota < 0:
+                    raise ValueError(
+                        f"The quota of {kind} {name!r} must be 0 or more, got {quota}."
+                    )
+
+    def weight(self, user: str) -> float:
+        return self.weights.get(user, 1.0)
+
+    def groups_of(self, user: str) -> tuple[str, ...]:
+        """The user's groups, each once (a group named twice counts a device once)."""
+        return tuple(dict.fromkeys(self.groups.get(user, ())))
+
+
+class _Ledger:
+    """The devices counted against each user's and group's quota while counts are made."""
+
+    def __init__(self, rules: ShareRules) -> None:
+        self.rules = rules
+        self.by_user: Counter[str] = Counter()
+        self.by_group: Counter[str] = Counter()
+
+    def room(self, user: str) -> float:
+        """How many more devices `user` may hold (inf: no quota applies)."""
+        rules = self.rules
+        room = math.inf
+        if user in rules.user_quotas:
+            room = rules.user_quotas[user] - self.by_user[user]
+        for group in rules.groups_of(user):
+            if group in rules.group_quotas:
+                room = min(room, rules.group_quotas[group] - self.by_group[group])
+        return room
+
+    def take(self, user: str, n: int) -> None:
+        self.by_user[user] += n
+        for group in self.rules.groups_of(user):
+            self.by_group[group] += n
+
+
 def allocate(
     jobs: Iterable[JobDemand],
     devices: Sequence[DeviceSlot],
@@ -132,6 +190,10 @@ class Policy:
     import path (``EDTApp.policy``)."""
 
     name = "custom"
+
+    def __init__(self, rules: ShareRules | None = None) -> None:
+        #: Weights and quotas between users (`ShareRules`); none by default.
+        self.rules = rules or ShareRules()
 
     def allocate(
         self,
@@ -189,7 +251,7 @@ class Policy:
     ) -> dict[str, int]:
         """Device counts of the admitted jobs (`frozen`: counts that must not change); a job
         missing from the answer waits."""
-        return _count(self.levels(jobs), jobs, held, capacity, frozen)
+        return _count(self.levels(jobs), jobs, held, capacity, frozen, self.rules)
 
     def place(
         self,
@@ -235,7 +297,7 @@ class Goodput(Priority):
         capacity: int,
         frozen: dict[str, int],
     ) -> dict[str, int]:
-        return _count_goodput(self.levels(jobs), held, capacity, frozen)
+        return _count_goodput(self.levels(jobs), held, capacity, frozen, self.rules)
 
     def place(
         self,
@@ -264,11 +326,13 @@ def _count(
     held: dict[str, list[str]],
     capacity: int,
     frozen: dict[str, int],
+    rules: ShareRules,
 ) -> dict[str, int]:
     """Device counts of the admitted jobs, `levels` served in turn; a job missing from the
     answer waits."""
     counts: dict[str, int] = {}
     free = capacity
+    ledger = _Ledger(rules)
     finish: dict[str, tuple[float, float]] = {}
 
     def order(job: JobDemand) -> tuple[float, float]:
@@ -282,23 +346,27 @@ def _count(
         waiting = [j for j in level if not held[j.id]]
         for job in running:
             need = frozen.get(job.id, job.min_gpus)
-            if need <= free:
+            if need <= free and need <= ledger.room(job.user):
                 admitted.append(job)
                 counts[job.id] = need
                 free -= need
+                ledger.take(job.user, need)
         for job in waiting:
+            if job.min_gpus > ledger.room(job.user):
+                continue  # over a quota: it waits, and holds back no one else
             if job.min_gpus > free:
                 break  # first come, first served: later jobs of this level wait behind it
             admitted.append(job)
             counts[job.id] = job.min_gpus
             free -= job.min_gpus
-        free = _fill(admitted, counts, free, order, skip=set(frozen))
+            ledger.take(job.user, job.min_gpus)
+        free = _fill(admitted, counts, free, order, skip=set(frozen), ledger=ledger)
     if free > 0 and frozen:
         # Stability never leaves a device idle: frozen jobs may still grow into what is left.
         # (A frozen job that no longer fits is not admitted here; `allocate` then drops this
         # count, as stability never suspends a job.)
         grown = [j for j in jobs if j.id in frozen and j.id in counts and not j.rigid]
-        free = _fill(grown, counts, free, order, skip=set())
+        free = _fill(grown, counts, free, order, skip=set(), ledger=ledger)
     return counts
 
 
@@ -320,13 +388,15 @@ def _fill(
     free: int,
     finish: Callable[[JobDemand], tuple[float, float]],
     skip: set[str],
+    ledger: _Ledger,
 ) -> int:
     """Hand out `free` devices one at a time, max-min fair between users, then their jobs.
 
-    Each device goes to the user holding fewest devices in `level`, and to that user's job
-    holding fewest. Ties (the devices that do not split evenly) go by `finish`: to the user
-    whose job would finish first, to that user's job that would finish first, then by id.
-    Heaps keep this O(devices x log jobs), which matters at a thousand jobs.
+    Each device goes to the user holding fewest devices in `level` for their weight, and to
+    that user's job holding fewest; a user (or group) at its quota gets no more. Ties (the
+    devices that do not split evenly) go by `finish`: to the user whose job would finish
+    first, to that user's job that would finish first, then by id. Heaps keep this
+    O(devices x log jobs), which matters at a thousand jobs.
     """
     user_total: dict[str, int] = defaultdict(int)
     for job in level:
@@ -339,20 +409,24 @@ def _fill(
         key = finish(job)
         first[job.user] = min(first.get(job.user, (math.inf, math.inf)), key)
         jobs_of[job.user].append((counts[job.id], key, job.id, job))
-    users = [(user_total[u], first[u], u) for u in jobs_of]
+    weight = ledger.rules.weight
+    users = [(user_total[u] / weight(u), user_total[u], first[u], u) for u in jobs_of]
     heapq.heapify(users)
     for mine in jobs_of.values():
         heapq.heapify(mine)
     while free > 0 and users:
-        total, soonest, user = heapq.heappop(users)
+        _, total, soonest, user = heapq.heappop(users)
+        if ledger.room(user) < 1:
+            continue  # at its quota, or its group's: it gets no more
         mine = jobs_of[user]
         n, key, job_id, job = heapq.heappop(mine)
         counts[job_id] = n + 1
         free -= 1
+        ledger.take(user, 1)
         if n + 1 < job.max_gpus:
             heapq.heappush(mine, (n + 1, key, job_id, job))
         if mine:
-            heapq.heappush(users, (total + 1, soonest, user))
+            heapq.heappush(users, ((total + 1) / weight(user), total + 1, soonest, user))
     return free
 
 
@@ -561,6 +635,7 @@ def _count_goodput(
     held: dict[str, list[str]],
     capacity: int,
     frozen: dict[str, int],
+    rules: ShareRules,
 ) -> dict[str, int]:
     """Device counts under `goodput`; a job missing from the answer waits.
 
@@ -582,22 +657,27 @@ def _count_goodput(
     """
     counts: dict[str, int] = {}
     free = capacity
+    ledger = _Ledger(rules)
     for level in levels:
         admitted = []
         running = [j for j in level if held[j.id]]
         waiting = sorted((j for j in level if not held[j.id]), key=_work_order)
         for job in running:
             need = frozen.get(job.id, job.min_gpus)
-            if need <= free:
+            if need <= free and need <= ledger.room(job.user):
                 admitted.append(job)
                 counts[job.id] = need
                 free -= need
+                ledger.take(job.user, need)
         for job in waiting:
+            if job.min_gpus > ledger.room(job.user):
+                continue  # over a quota: it waits, and holds back no one else
             if job.min_gpus > free:
                 break  # least work first; the rest of the level waits behind it
             admitted.append(job)
             counts[job.id] = job.min_gpus
             free -= job.min_gpus
+            ledger.take(job.user, job.min_gpus)
         # A job with no work left is finishing: more devices would only cost it a rescale.
         growable = [
             j
@@ -607,8 +687,9 @@ def _count_goodput(
         informed = [j for j in growable if j.remaining_steps is not None and _measured(j)]
         blind = [j for j in growable if j.remaining_steps is None or not _measured(j)]
         rank = _rank_by_remaining_time(informed, held)
-        free = _grow(informed, counts, free, {i: r**RANK_EXPONENT for i, r in rank.items()})
-        free = _grow(blind, counts, free, {j.id: 1.0 for j in blind})
+        weights = {i: r**RANK_EXPONENT for i, r in rank.items()}
+        free = _grow(informed, counts, free, weights, ledger)
+        free = _grow(blind, counts, free, {j.id: 1.0 for j in blind}, ledger)
     return counts
 
 
@@ -644,8 +725,10 @@ def _grow(
     counts: dict[str, int],
     free: int,
     weight: Mapping[str, float],
+    ledger: _Ledger,
 ) -> int:
-    """Give out `free` devices greedily by weighted relative throughput gain, up to knees.
+    """Give out `free` devices greedily by weighted relative throughput gain, up to knees,
+    and within the users' and groups' quotas.
 
     Each job offers its best next step: the count m (up to its max and what is free) with the
     highest gain per added device over its current count n. Its offer is that gain relative to
@@ -660,7 +743,7 @@ def _grow(
         n = counts[job.id]
         curve = curves[job.id]
         best, target = 0.0, 0
-        for m in range(n + 1, min(job.max_gpus, n + free) + 1):
+        for m in range(n + 1, int(min(job.max_gpus, n + free, n + ledger.room(job.user))) + 1):
             slope = (curve[m] - curve[n]) / (m - n)
             if slope > best:
                 best, target = slope, m
@@ -673,10 +756,11 @@ def _grow(
     while heap and free > 0:
         _, _, job_id, target = heapq.heappop(heap)
         job = by_id[job_id]
-        if target - counts[job_id] > free:
+        if target - counts[job_id] > min(free, ledger.room(job.user)):
             push(job)  # the step no longer fits: the best step that does
             continue
         free -= target - counts[job_id]
+        ledger.take(job.user, target - counts[job_id])
         counts[job_id] = target
         push(job)
     return free

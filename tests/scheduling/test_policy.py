@@ -19,6 +19,7 @@ from jupyter_edt.scheduling.policy import (
     FairShare,
     JobDemand,
     Priority,
+    ShareRules,
     allocate,
     knee,
     throughput_curve,
@@ -576,3 +577,83 @@ def test_policies_are_classes_chosen_by_name_or_import_path():
         load_policy("fairshare")
     with pytest.raises(ValueError, match=r"'nope\.Nope' is neither"):
         EDTApp(policy="nope.Nope")
+
+
+@st.composite
+def share_rules(draw):
+    """Weights and quotas for the users of `clusters`, with groups that overlap."""
+    weights = draw(st.dictionaries(st.sampled_from(USERS), st.sampled_from([0.5, 1.0, 2.0, 3.0])))
+    user_quotas = draw(st.dictionaries(st.sampled_from(USERS), st.integers(0, 6)))
+    groups = draw(
+        st.dictionaries(st.sampled_from(USERS), st.lists(st.sampled_from(["ml", "cv"]), max_size=2))
+    )
+    group_quotas = draw(st.dictionaries(st.sampled_from(["ml", "cv"]), st.integers(0, 8)))
+    return ShareRules(weights, user_quotas, group_quotas, groups)
+
+
+def policy_with(name: str, rules: ShareRules):
+    return POLICIES[name](rules)
+
+
+@settings(max_examples=200, deadline=None)
+@given(any_clusters, share_rules(), all_policies)
+def test_no_user_or_group_holds_more_than_its_quota(cluster, rules, name):
+    jobs, devices = cluster
+    result = allocate(jobs, devices, policy_with(name, rules))
+    by_user = totals(result, jobs, lambda j: j.user)
+    for user, quota in rules.user_quotas.items():
+        assert by_user[user] <= quota
+    for group, quota in rules.group_quotas.items():
+        members = [u for u, gs in rules.groups.items() if group in gs]
+        assert sum(by_user[u] for u in members) <= quota
+    given_out = [d for ids in result.values() for d in ids]
+    assert len(given_out) == len(set(given_out))
+    for job in jobs:
+        assert not result[job.id] or job.min_gpus <= len(result[job.id]) <= job.max_gpus
+
+
+@settings(max_examples=200, deadline=None)
+@given(any_clusters, share_rules(), policies)
+def test_under_quotas_a_device_idles_only_when_every_job_short_of_its_max_is_capped(
+    cluster, rules, name
+):
+    """Work conservation, within the rules: a device is left idle only when each elastic job
+    that could take it is at its max, or its user or one of its groups at its quota."""
+    jobs, devices = cluster
+    result = allocate(jobs, devices, policy_with(name, rules))
+    if sum(len(v) for v in result.values()) == len(devices):
+        return
+    by_user = totals(result, jobs, lambda j: j.user)
+
+    def capped(user: str) -> bool:
+        if by_user[user] >= rules.user_quotas.get(user, math.inf):
+            return True
+        return any(
+            sum(by_user[u] for u, gs in rules.groups.items() if g in gs)
+            >= rules.group_quotas.get(g, math.inf)
+            for g in set(rules.groups.get(user, ()))
+        )
+
+    for job in jobs:
+        if result[job.id]:
+            assert len(result[job.id]) == job.max_gpus or capped(job.user), job
+
+
+def test_weights_split_devices_in_proportion_and_quotas_hold_jobs_back_without_blocking():
+    devices = [DeviceSlot(f"g{i}") for i in range(6)]
+    a = JobDemand("a", "ana", max_gpus=6)
+    b = JobDemand("b", "bo", max_gpus=6, submitted=1)
+    weighted = FairShare(ShareRules(weights={"ana": 2.0}))
+    assert {k: len(v) for k, v in weighted.allocate([a, b], devices).items()} == {"a": 4, "b": 2}
+    # ana may hold 2: her second job waits for her quota, and bo's later job starts anyway
+    a2 = JobDemand("a2", "ana", min_gpus=2, max_gpus=2, submitted=2)
+    b2 = JobDemand("b2", "bo", max_gpus=1, submitted=3)
+    capped = FairShare(ShareRules(user_quotas={"ana": 2}))
+    counts = {k: len(v) for k, v in capped.allocate([a, b, a2, b2], devices).items()}
+    assert counts == {"a": 2, "b": 3, "a2": 0, "b2": 1}
+    # one quota for a group caps its users together
+    team = FairShare(ShareRules(group_quotas={"ml": 3}, groups={"ana": ["ml"], "bo": ["ml"]}))
+    counts = {k: len(v) for k, v in team.allocate([a, b], devices).items()}
+    assert counts["a"] + counts["b"] == 3
+    with pytest.raises(ValueError, match="weight of user 'ana' must be positive"):
+        ShareRules(weights={"ana": 0})
