@@ -341,25 +341,9 @@ def _count(
         return finish[job.id]
 
     for level in levels:
-        admitted = []
-        running = [j for j in level if held[j.id]]
+        # first come, first served: a waiting job that does not fit holds back later ones
         waiting = [j for j in level if not held[j.id]]
-        for job in running:
-            need = frozen.get(job.id, job.min_gpus)
-            if need <= free and need <= ledger.room(job.user):
-                admitted.append(job)
-                counts[job.id] = need
-                free -= need
-                ledger.take(job.user, need)
-        for job in waiting:
-            if job.min_gpus > ledger.room(job.user):
-                continue  # over a quota: it waits, and holds back no one else
-            if job.min_gpus > free:
-                break  # first come, first served: later jobs of this level wait behind it
-            admitted.append(job)
-            counts[job.id] = job.min_gpus
-            free -= job.min_gpus
-            ledger.take(job.user, job.min_gpus)
+        admitted, free = _admit(level, waiting, held, counts, free, frozen, ledger)
         free = _fill(admitted, counts, free, order, skip=set(frozen), ledger=ledger)
     if free > 0 and frozen:
         # Stability never leaves a device idle: frozen jobs may still grow into what is left.
@@ -368,6 +352,41 @@ def _count(
         grown = [j for j in jobs if j.id in frozen and j.id in counts and not j.rigid]
         free = _fill(grown, counts, free, order, skip=set(), ledger=ledger)
     return counts
+
+
+def _admit(
+    level: Sequence[JobDemand],
+    waiting: Sequence[JobDemand],
+    held: dict[str, list[str]],
+    counts: dict[str, int],
+    free: int,
+    frozen: dict[str, int],
+    ledger: _Ledger,
+) -> tuple[list[JobDemand], int]:
+    """Admission in a level: running jobs keep their minimum (or frozen count), then the
+    `waiting` jobs, in the order given, get theirs while it fits. A waiting job over a quota
+    waits and holds back no one; one that does not fit holds back those after it. Returns the
+    admitted jobs and the devices still free."""
+    admitted = []
+    for job in level:
+        if not held[job.id]:
+            continue
+        need = frozen.get(job.id, job.min_gpus)
+        if need <= free and need <= ledger.room(job.user):
+            admitted.append(job)
+            counts[job.id] = need
+            free -= need
+            ledger.take(job.user, need)
+    for job in waiting:
+        if job.min_gpus > ledger.room(job.user):
+            continue
+        if job.min_gpus > free:
+            break
+        admitted.append(job)
+        counts[job.id] = job.min_gpus
+        free -= job.min_gpus
+        ledger.take(job.user, job.min_gpus)
+    return admitted, free
 
 
 def _finish_order(job: JobDemand, held: int) -> tuple[float, float]:
@@ -659,25 +678,9 @@ def _count_goodput(
     free = capacity
     ledger = _Ledger(rules)
     for level in levels:
-        admitted = []
-        running = [j for j in level if held[j.id]]
+        # least work first; a waiting job that does not fit holds back the rest of the level
         waiting = sorted((j for j in level if not held[j.id]), key=_work_order)
-        for job in running:
-            need = frozen.get(job.id, job.min_gpus)
-            if need <= free and need <= ledger.room(job.user):
-                admitted.append(job)
-                counts[job.id] = need
-                free -= need
-                ledger.take(job.user, need)
-        for job in waiting:
-            if job.min_gpus > ledger.room(job.user):
-                continue  # over a quota: it waits, and holds back no one else
-            if job.min_gpus > free:
-                break  # least work first; the rest of the level waits behind it
-            admitted.append(job)
-            counts[job.id] = job.min_gpus
-            free -= job.min_gpus
-            ledger.take(job.user, job.min_gpus)
+        admitted, free = _admit(level, waiting, held, counts, free, frozen, ledger)
         # A job with no work left is finishing: more devices would only cost it a rescale.
         growable = [
             j
