@@ -17,14 +17,9 @@ pytestmark = pytest.mark.multi_user
 
 
 @pytest.fixture
-def edt_config():
+def edt_config(edt_config):
     # a long rescale interval: losing a device is acted on at once all the same
-    return {
-        "devices": "virtual",
-        "virtual_gpus": 4,
-        "min_rescale_interval": 30.0,
-        "refresh_interval": 0.2,
-    }
+    return {**edt_config, "min_rescale_interval": 30.0, "refresh_interval": 0.2}
 
 
 async def started_edt_app(serverapp, app):

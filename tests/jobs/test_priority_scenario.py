@@ -17,13 +17,8 @@ pytestmark = pytest.mark.multi_user
 
 
 @pytest.fixture
-def edt_config():
-    return {
-        "devices": "virtual",
-        "virtual_gpus": 4,
-        "min_rescale_interval": 0.0,
-        "policy": "priority",
-    }
+def edt_config(edt_config):
+    return {**edt_config, "policy": "priority"}
 
 
 async def test_high_priority_takes_gpus_low_keeps_its_min_or_is_suspended_then_resumes(
