@@ -222,7 +222,8 @@ class JobService(JobQueries):
 
     def add_metrics(self, batches: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
         """Record what jobs' workers reported, for many jobs at once (one transaction)."""
-        kept = {j: [dict(r) for r in rs] for j, rs in batches.items() if j not in self._deleted}
+        # the store copies each record as it writes it
+        kept = {j: rs for j, rs in batches.items() if j not in self._deleted}
         self.store.add_metrics_many(kept, now=self.clock())
         for job_id, records in kept.items():
             self.progress.observe(job_id, records)

@@ -362,12 +362,12 @@ class JobStore:
             return s.scalar(select(func.max(EventRow.id))) or 0
 
     def add_metrics(
-        self, job_id: str, records: Sequence[dict[str, Any]], *, now: float | None = None
+        self, job_id: str, records: Sequence[Mapping[str, Any]], *, now: float | None = None
     ) -> None:
         self.add_metrics_many({job_id: records}, now=now)
 
     def add_metrics_many(
-        self, batches: Mapping[str, Sequence[dict[str, Any]]], *, now: float | None = None
+        self, batches: Mapping[str, Sequence[Mapping[str, Any]]], *, now: float | None = None
     ) -> None:
         """Append metric records of several jobs in one transaction, and announce each job's
         as one `metrics` event in the feed.
