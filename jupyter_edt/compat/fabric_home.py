@@ -5,7 +5,7 @@ WMLA programs do ``sys.path.insert(0, $FABRIC_HOME/libs/fabric.zip)`` and then
 ``from callbacks import LoggerCallback``). The zip holds small modules that re-export
 ``jupyter_edt.compat``, so the code that runs is the installed package's, never a stale copy.
 Built once per server (the contents are fixed), atomically, so concurrent jobs never see half
-a zip.
+a zip; readable by everyone, since a shared service's jobs run as their users' accounts.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ def ensure_fabric_home(root: str | os.PathLike[str]) -> Path:
     data = _zip_bytes()
     try:
         if target.read_bytes() == data:
+            if target.stat().st_mode & 0o444 != 0o444:  # made private by an older version
+                target.chmod(0o644)
             return root
     except FileNotFoundError:
         pass
@@ -57,6 +59,7 @@ def ensure_fabric_home(root: str | os.PathLike[str]) -> Path:
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".fabric.", suffix=".zip")
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(fd, 0o644)  # mkstemp makes it 0600: the service's account's alone
             f.write(data)
         os.replace(tmp, target)
     except BaseException:

@@ -3,22 +3,34 @@
 The runner prepares the job directory, starts the driver through a Launcher, writes the
 allocator's orders into the directory, and watches the driver: its status (running), its
 workers' metric events, and its exit.
+
+A job with an account (`DriverRunner(accounts=...)`, a service running as root) runs as its
+user's Unix account. Its directory is then 0700 and belongs to that account, everything in it
+included, so no other user's job can read it. The service itself keeps reading it as root, and
+whatever it writes there later (orders, a restart's job.json) it hands to the directory's owner
+as well: the job can read it, and the rule stays one rule, "a job's directory is its user's",
+with no file mode to get right. The directory belongs to a user whose processes may have left
+links in it, so the service follows none when it writes there or reads a log back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..launch.accounts import Account, hand_over
 from ..launch.base import Launcher, ProcessHandle, ProcessSpec
 from ..launch.local import UNKNOWN_EXIT, log_paths
 from ..runtime.jobdir import JobDir, write_json_atomic
 from ..scheduling.inventory import Device
+from .archives import open_artifact
 from .metrics import JobMetricsTail
 from .models import Job
 from .plugins import JobPlugin
@@ -28,8 +40,14 @@ log = logging.getLogger(__name__)
 
 DRIVER = "driver"
 
+#: Which Unix account a job runs as; None: the service's own (see `launch.accounts`).
+Accounts = Callable[[Job], Account | None]
+
 
 class DriverRunner:
+    """`accounts`: the account each job's processes run as (default: the service's own for
+    every job). `python` must be an interpreter those accounts can execute."""
+
     def __init__(
         self,
         launcher: Launcher,
@@ -41,8 +59,10 @@ class DriverRunner:
         stop_grace: float = 10.0,
         suspend_grace: float = 150.0,
         plugins: Sequence[JobPlugin] = (),
+        accounts: Accounts | None = None,
     ) -> None:
         self.launcher = launcher
+        self.accounts: Accounts = accounts if accounts is not None else lambda job: None
         self.plugins = tuple(plugins)
         self.jobs_dir = Path(jobs_dir)
         self.python = python
@@ -78,16 +98,17 @@ class DriverRunner:
     def install_code(self, job_id: str, tree: Path) -> None:
         """Make an unpacked upload the job's code directory; `_prepare` then keeps it."""
         d = self.job_dir(job_id)
-        d.root.mkdir(parents=True, exist_ok=True)
+        d.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # private until it is handed over
         tree.rename(d.code)
 
     # orders from the service --------------------------------------------------------------
 
     async def start(self, job: Job, devices: Sequence[Device]) -> None:
         d = self.job_dir(job.id)
-        await asyncio.to_thread(self._prepare, d, job)
-        d.write_orders({"seq": 1, "action": "run", "devices": _devices(devices)})
-        handle = await self.launcher.start(self._driver_spec(job))
+        account = self.accounts(job)
+        await asyncio.to_thread(self._prepare, d, job, account)
+        _write_json(d, d.orders, {"seq": 1, "action": "run", "devices": _devices(devices)})
+        handle = await self.launcher.start(self._driver_spec(job, account))
         self._follow(job.id, handle)
 
     def reattach(self, job: Job) -> bool:
@@ -112,7 +133,9 @@ class DriverRunner:
             self._driver_spec(job), status["pid"], status["started"], exit_code
         )
 
-    def _driver_spec(self, job: Job) -> ProcessSpec:
+    def _driver_spec(self, job: Job, account: Account | None = None) -> ProcessSpec:
+        """The driver's process; `account` only matters to a start (an adopted driver is only
+        watched and signalled, which root does to any account's)."""
         d = self.job_dir(job.id)
         return ProcessSpec(
             job_id=job.id,
@@ -122,6 +145,7 @@ class DriverRunner:
             log_dir=d.logs,
             env={**job.spec.env, **self.contract(job)},
             virtual_devices=True,  # the driver never touches a GPU
+            account=account,
         )
 
     def _unfollow(self, job_id: str) -> None:
@@ -191,27 +215,41 @@ class DriverRunner:
             "EDT_MAX_GPUS": str(job.max_gpus),
             "RESULT_DIR": str(d.result),
             "LOG_DIR": str(d.logs),
-            # where the program reads its data: the submitter's EDT_DATA_DIR, else its code
+            # where the program reads its data: the submitter's EDT_DATA_DIR, else its code.
+            # A job with an account runs as its user, so a DATA_DIR under the user's home (or
+            # anywhere the user may read) is readable by the job, and no other user's is.
             "DATA_DIR": job.spec.env.get("EDT_DATA_DIR", str(d.code)),
         }
         for plugin in self.plugins:
             env.update(plugin.environment(job, d))
         return env
 
-    def _prepare(self, d: JobDir, job: Job) -> None:
+    def _prepare(self, d: JobDir, job: Job, account: Account | None = None) -> None:
+        """Lay out the job directory; with an account, hand all of it to that account.
+
+        The first time, the directory is still the service's alone (0700), so everything in it
+        is what the service put there (uploaded code, plugins' files) and all of it is handed
+        over. Afterwards (a restart) its user's processes have had it: the service then writes
+        only its own few files, safely (`_write_json`, `_write_text`), and walks nothing."""
+        d.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         d.create()
+        owner = _owner(d)  # the account's ids on a restart, else None
+        if owner is not None:
+            for sub in (d.code, d.result, d.logs):  # any the job removed were made again
+                os.chown(sub, *owner, follow_symlinks=False)
         for plugin in self.plugins:
             plugin.prepare(job, d)
         spec = job.spec
         entry = d.code / spec.entrypoint
         if spec.code is not None:
-            entry.write_text(spec.code)
+            _write_text(d.code, entry.name, spec.code, owner)
         else:  # an uploaded archive or a script: put into code/ at submission
             if spec.script is not None:
                 entry = d.code / Path(spec.script).name
             if not entry.is_file():
                 raise FileNotFoundError(f"The job's submitted code has no {entry.name}.")
-        write_json_atomic(
+        _write_json(
+            d,
             d.job,
             {
                 "id": job.id,
@@ -219,11 +257,16 @@ class DriverRunner:
                 "max_gpus": job.max_gpus,
             },
         )
+        if account is not None:
+            if d.root.stat().st_uid != account.uid:
+                hand_over(d.root, account)
+            d.root.chmod(0o700)
 
     def _order(self, job_id: str, action: str, devices: Sequence[Device]) -> None:
         d = self.job_dir(job_id)
         previous = d.read_orders() or {"seq": 0}
-        d.write_orders({"seq": previous["seq"] + 1, "action": action, "devices": _devices(devices)})
+        orders = {"seq": previous["seq"] + 1, "action": action, "devices": _devices(devices)}
+        _write_json(d, d.orders, orders)
 
     async def _collect(self) -> None:
         """Forward every followed job's new metric events, all jobs in one go, so the store
@@ -300,10 +343,55 @@ def _driver_death(code: int) -> str:
     return f"driver exited with code {code}"
 
 
-def _tail_text(path: Path, limit: int = 2000) -> str:
-    """The end of a log, for a failure reason a user can act on."""
+def _owner(d: JobDir) -> tuple[int, int] | None:
+    """The (uid, gid) the job directory belongs to when that is not this service (a job with
+    an account, after its first preparation): what the service writes there goes to them."""
+    st = d.root.stat()
+    return None if st.st_uid == os.geteuid() else (st.st_uid, st.st_gid)
+
+
+def _write_json(d: JobDir, path: Path, data: Any) -> None:
+    """`write_json_atomic` into the job directory, the file belonging to the directory's owner
+    from the moment it appears (staged, handed over, then renamed into place; no link is
+    followed on the way), so the job reads every version of it."""
+    owner = _owner(d)
+    if owner is None:
+        write_json_atomic(path, data)
+        return
+    staged = path.with_name(f".{path.name}.staged")
+    write_json_atomic(staged, data)
+    os.chown(staged, *owner, follow_symlinks=False)
+    os.replace(staged, path)
+
+
+def _write_text(directory: Path, name: str, text: str, owner: tuple[int, int] | None) -> None:
+    """Write `directory/name`; with an `owner` (a directory its user's processes have had),
+    following no link there and handing the file to the owner."""
+    if owner is None:
+        (directory / name).write_text(text)
+        return
+    nofollow = os.O_NOFOLLOW | os.O_CLOEXEC
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | nofollow)
     try:
-        data = path.read_bytes()[-limit:]
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | nofollow
+        fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    with os.fdopen(fd, "w") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PermissionError(f"{directory / name} is not a regular file.")
+        os.fchown(fd, *owner)
+        f.write(text)
+
+
+def _tail_text(path: Path, limit: int = 2000) -> str:
+    """The end of a log, for a failure reason a user can act on. Opened as `open_artifact`
+    opens a result, following no link: the log directory may be a user's."""
+    try:
+        f, size = open_artifact(path.parent, path.name)
     except FileNotFoundError:
         return ""
+    with f:
+        f.seek(max(0, size - limit))
+        data = f.read(limit)
     return data.decode(errors="replace").strip()

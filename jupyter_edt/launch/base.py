@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .accounts import Account
+
 #: How often a wait asks a process whether it has ended, when it cannot block on it.
 POLL_S = 0.1
 
@@ -38,7 +40,13 @@ class ProcessSpec:
 
     `one_log` interleaves stdout and stderr in one ``<name>.out`` (a worker's log: a traceback
     reads in its place among the prints), else they go to ``<name>.stdout`` and
-    ``<name>.stderr``."""
+    ``<name>.stderr``.
+
+    `account`: the Unix account the process runs as, with that account's identity and only a
+    safe part of the launcher's environment (see `accounts.account_environment`); starting a
+    process as another account needs root. None: the launcher's own account and environment.
+    A process started as an account starts its own children as itself (a driver its workers),
+    so only the server's specs carry one."""
 
     job_id: str
     name: str  # "driver", "w0", ...: unique within the job, used for its log files
@@ -49,6 +57,7 @@ class ProcessSpec:
     devices: Sequence[int | str] | None = ()
     virtual_devices: bool = False
     one_log: bool = False
+    account: Account | None = None
 
 
 class ProcessHandle(ABC):

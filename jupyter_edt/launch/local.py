@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from ..runtime.jobdir import process_start_time
+from .accounts import Account, account_environment
 from .base import Launcher, ProcessHandle, ProcessSpec
 
 #: The exit code of an adopted process that ended without recording one.
@@ -75,14 +78,24 @@ class LocalLauncher(Launcher):
     restarts does not take running jobs down with it. A driver starts its workers without
     (``LocalController``): they stay in the driver's group, so stopping the driver's group (a
     cancel, or the server cleaning up after a driver that died) stops them as well.
+
+    A spec with an `account` starts as that account (the launcher must be root for another's),
+    in a clean environment, with log files that belong to it.
     """
 
     def __init__(self, own_session: bool = True) -> None:
         self.own_session = own_session
 
     def start_sync(self, spec: ProcessSpec) -> LocalProcess:
-        spec.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **spec.env}
+        account = spec.account
+        if account is None:
+            spec.log_dir.mkdir(parents=True, exist_ok=True)
+            env = {**os.environ, **spec.env}
+        else:
+            if not spec.log_dir.exists():
+                spec.log_dir.mkdir(parents=True)
+                os.chown(spec.log_dir, account.uid, account.gid, follow_symlinks=False)
+            env = account_environment(account, os.environ, spec.env)
         # Virtual devices are CPU slots: hide every GPU. Real ones: exactly the given ones.
         if spec.virtual_devices:
             env["CUDA_VISIBLE_DEVICES"] = ""
@@ -94,8 +107,12 @@ class LocalLauncher(Launcher):
         else:
             stdout, stderr = log_paths(spec.log_dir, spec.name)
         with contextlib.ExitStack() as files:
-            out = files.enter_context(stdout.open("ab"))
-            err = subprocess.STDOUT if stderr is None else files.enter_context(stderr.open("ab"))
+            out = files.enter_context(_open_log(stdout, account))
+            err = (
+                subprocess.STDOUT
+                if stderr is None
+                else files.enter_context(_open_log(stderr, account))
+            )
             popen = subprocess.Popen(
                 list(spec.argv),
                 cwd=spec.cwd,
@@ -104,6 +121,7 @@ class LocalLauncher(Launcher):
                 stdout=out,
                 stderr=err,
                 start_new_session=self.own_session,
+                **_switch_to(account),
             )
         return LocalProcess(spec, popen, group=self.own_session)
 
@@ -114,6 +132,46 @@ class LocalLauncher(Launcher):
         if process_start_time(pid) != started:
             return None
         return AdoptedProcess(spec, pid, exit_code)
+
+
+def _switch_to(account: Account | None) -> dict[str, Any]:
+    """Popen's arguments that start the process as `account`: its uid, gid and groups (root
+    only). None, or the account this launcher already runs as: nothing to switch."""
+    if account is None:
+        return {}
+    if os.geteuid() != 0:
+        if account.uid != os.geteuid():
+            raise PermissionError(
+                f"Only root starts processes as another Unix account ({account.name!r}); "
+                f"this launcher runs as uid {os.geteuid()}."
+            )
+        return {}
+    return {"user": account.uid, "group": account.gid, "extra_groups": list(account.groups)}
+
+
+def _open_log(path: Path, account: Account | None) -> BinaryIO:
+    """A log file opened for appending; with an account, one that belongs to it.
+
+    The log directory is the account's, and a process of that account may have left a link
+    there: root must not append to, or hand over, the file it points to. So the directory and
+    the file are opened without following links, and the file must be a regular one."""
+    if account is None:
+        return path.open("ab")
+    nofollow = os.O_NOFOLLOW | os.O_CLOEXEC
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | nofollow)
+    try:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | nofollow
+        fd = os.open(path.name, flags, 0o644, dir_fd=dir_fd)  # O_NONBLOCK: a fifo won't hang
+    finally:
+        os.close(dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PermissionError(f"{path} is not a regular file; it cannot be a log.")
+        os.fchown(fd, account.uid, account.gid)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "ab")
 
 
 def _signal_group(pid: int, sig: int) -> None:
