@@ -47,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--entrypoint", help="The file to run (default: the script, or main.py)")
     add_submit_options(submit, name_default="the script's name")
 
+    commands.add_parser(
+        "serve",
+        add_help=False,
+        help="Run the job service shared by a machine's users (--help-all: its settings)",
+    )
+
     listing = commands.add_parser("list", help="List jobs, newest first")
     listing.add_argument("--state", action="append", help="Keep this state (repeatable)")
     listing.add_argument("--user", help="Another user's jobs (administrators)")
@@ -74,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:  # the service is an Application with its own options
+        from .serve.app import EDTService
+
+        EDTService.launch_instance(argv[1:])
+        return 0
     program_args: list[str] = []
     if "--" in argv:
         cut = argv.index("--")

@@ -1,6 +1,13 @@
-"""Thin Tornado handlers: validate, call a service, shape the answer."""
+"""Thin Tornado handlers: validate, call a service, shape the answer.
+
+The handlers say what each operation does; a *front* says who the caller is. `routes()` joins
+them: the Jupyter extension uses Jupyter's front (``api/jupyter.py``), ``jupyter edt serve``
+its own (``serve/front.py``).
+"""
 
 from __future__ import annotations
+
+from tornado import web, websocket
 
 from .artifacts import ArtifactHandler, ArtifactsHandler, ResultZipHandler
 from .cluster import ClusterHandler
@@ -9,11 +16,12 @@ from .jobs import JobHandler, LogsHandler, MetricsHandler
 from .openapi import NotFoundHandler, OpenAPIHandler
 from .uploads import SubmitHandler
 from .user import UserHandler
+from .wmla import wmla_handlers
 
 API_PREFIX = "/edt/api/v1"
 JOB_ID = r"(?P<job_id>[^/]+)"
 
-default_handlers = [
+default_handlers: list[tuple[str, type[web.RequestHandler]]] = [
     (rf"{API_PREFIX}/cluster", ClusterHandler),
     (rf"{API_PREFIX}/jobs/?", SubmitHandler),  # JobsHandler that also takes an archive upload
     (rf"{API_PREFIX}/jobs/{JOB_ID}", JobHandler),
@@ -30,3 +38,20 @@ default_handlers = [
 # Registered after every other route of the API (native and WMLA): what they do not serve
 # under /edt/api/ answers a JSON 404, not Jupyter's HTML page.
 not_found_handlers = [(r"/edt/api(?:/.*)?", NotFoundHandler)]
+
+
+def routes(
+    front: type[web.RequestHandler], socket_front: type[websocket.WebSocketHandler]
+) -> list[tuple[str, type[web.RequestHandler]]]:
+    """Every route of the API (native, WMLA, then the JSON 404), each handler joined with the
+    front that identifies its callers: `socket_front` for the WebSocket, `front` for the rest."""
+    out: list[tuple[str, type[web.RequestHandler]]] = []
+    for path, handler in default_handlers + wmla_handlers + not_found_handlers:
+        base = socket_front if issubclass(handler, websocket.WebSocketHandler) else front
+        out.append((path, _joined(handler, base)))
+    return out
+
+
+def _joined(handler: type[web.RequestHandler], front: type) -> type[web.RequestHandler]:
+    """`handler` with `front` after it: the handler's methods, the front's `identify`."""
+    return type(handler.__name__, (handler, front), {"__module__": handler.__module__})

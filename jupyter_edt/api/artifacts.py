@@ -12,8 +12,6 @@ from contextlib import contextmanager
 from typing import BinaryIO
 from urllib.parse import quote
 
-from jupyter_server.auth.decorator import authorized
-from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..jobs.archives import CHUNK, zip_directory
@@ -41,8 +39,6 @@ def attachment(name: str) -> str:
 
 
 class ArtifactsHandler(EDTHandler):
-    @web.authenticated
-    @authorized
     async def get(self, job_id: str) -> None:
         with api_errors():
             artifacts = await self.service.artifacts(self.user_name, job_id)
@@ -50,8 +46,6 @@ class ArtifactsHandler(EDTHandler):
 
 
 class ArtifactHandler(EDTHandler):
-    @web.authenticated
-    @authorized
     async def get(self, job_id: str, path: str) -> None:
         with artifact_errors():
             f, size = await self.service.open_artifact(self.user_name, job_id, path)
@@ -77,8 +71,6 @@ class ArtifactHandler(EDTHandler):
 
 
 class ResultZipHandler(EDTHandler):
-    @web.authenticated
-    @authorized
     async def get(self, job_id: str) -> None:
         with api_errors():
             root = self.service.result_dir(self.user_name, job_id)

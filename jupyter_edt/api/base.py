@@ -1,5 +1,11 @@
-"""What every jupyter-edt handler shares: authentication, authorisation, JSON answers, and
-one mapping from the services' errors to HTTP statuses."""
+"""What every jupyter-edt handler shares: who is calling, JSON answers, and one mapping from
+the services' errors to HTTP statuses.
+
+The handlers here say what each operation does, not how callers are authenticated: a *front*
+does that (`identify`). The Jupyter server's extension composes them with Jupyter's
+authentication (``api/jupyter.py``); ``jupyter edt serve`` with JupyterHub tokens or a token
+file (``serve/``). `routes()` (``api/__init__.py``) makes the composed classes.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,17 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jupyter_server.base.handlers import APIHandler
-from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
 from ..jobs.models import InvalidTransition, SpecError
 from ..jobs.service import JobService, NotAllowed
 from ..jobs.store import UnknownJob
+from ..jobs.users import Identity
+
+if TYPE_CHECKING:
+    from ..host import JobHost
 
 # The largest integer SQLite stores, so no id exceeds it; a cursor past it asks for nothing,
 # but may not reach a query, which would overflow.
@@ -63,18 +71,44 @@ def api_errors() -> Iterator[None]:
         raise APIError(400, str(err)) from err
 
 
-class EDTHandler(ExtensionHandlerMixin, APIHandler):
-    """Base of the REST handlers. `auth_resource` lets Jupyter's authorizer gate them."""
+class EDTHandler(web.RequestHandler):
+    """Base of the REST handlers. Before any method runs, the front identifies the caller
+    (`identify`: 401 or 403 for a stranger) and the service hears who they are."""
 
-    auth_resource = "edt"
+    #: The caller, once `prepare` has identified them.
+    identity: Identity
+
+    @property
+    def host(self) -> JobHost:
+        """What hosts the job service: the Jupyter extension, or `jupyter edt serve`."""
+        return self.settings["edt"]
 
     @property
     def service(self) -> JobService:
-        return self.extensionapp.job_service
+        return self.host.job_service
 
     @property
     def user_name(self) -> str:
-        return self.extensionapp.user_name(self.current_user)
+        return self.identity.name
+
+    if TYPE_CHECKING:  # a front defines it, after this class in the composed class's MRO
+
+        async def identify(self) -> Identity:
+            """Who is calling; raises HTTPError 401 (no credentials) or 403."""
+
+    async def prepare(self) -> None:
+        pending = super().prepare()
+        if pending is not None:
+            await pending
+        if self.request.method != "OPTIONS":  # a CORS preflight carries no credentials
+            await self.identified()
+
+    async def identified(self) -> Identity:
+        """Identify the caller once per request and tell the service who they are."""
+        if not hasattr(self, "identity"):
+            self.identity = await self.identify()
+            self.service.users.note(self.identity)
+        return self.identity
 
     def write_json(self, body: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -96,6 +130,8 @@ class EDTHandler(ExtensionHandlerMixin, APIHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         if status_code == 405:  # RFC 9110: a 405 names the methods the resource has
             self.set_header("Allow", ", ".join(self.allowed_methods()))
+        if status_code == 401:  # and a 401 the scheme that authenticates
+            self.set_header("WWW-Authenticate", 'token realm="jupyter-edt"')
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, APIError):
             body: dict[str, Any] = {"message": exc.message}

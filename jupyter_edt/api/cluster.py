@@ -3,17 +3,12 @@ utilisation, from the monitor's latest reading (requests never wait on NVML)."""
 
 from __future__ import annotations
 
-from jupyter_server.auth.decorator import authorized
-from tornado import web
-
 from .base import EDTHandler
 
 
 class ClusterHandler(EDTHandler):
-    @web.authenticated
-    @authorized
     async def get(self) -> None:
-        monitor = self.extensionapp.monitor
+        monitor = self.host.monitor
         holders = self.service.holders(self.user_name)
         self.write_json(
             {

@@ -8,29 +8,32 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jupyter_core.utils import ensure_async
-from jupyter_server.auth.decorator import ws_authenticated
-from jupyter_server.base.handlers import JupyterHandler
-from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web, websocket
 
 from ..jobs.service import JobService
+from ..jobs.users import Identity
+
+if TYPE_CHECKING:
+    from ..host import JobHost
 
 # Sent at least this often, so proxies keep the connection and clients notice a dead server.
 KEEPALIVE_S = 20.0
 
 
-class EventsHandler(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHandler):
-    auth_resource = "edt"
+class EventsHandler(websocket.WebSocketHandler):
+    """The feed over a WebSocket. As with `EDTHandler`, a front says who is calling."""
 
-    @ws_authenticated
+    identity: Identity
+
+    if TYPE_CHECKING:  # a front's, as for EDTHandler
+
+        async def identify(self) -> Identity: ...
+
     async def get(self, *args: Any, **kwargs: Any) -> None:
-        if not await ensure_async(
-            self.authorizer.is_authorized(self, self.current_user, "read", "edt")
-        ):
-            raise web.HTTPError(403)
+        self.identity = await self.identify()  # before the upgrade: 401/403 stay HTTP answers
+        self.service.users.note(self.identity)
         try:
             self.cursor = int(self.get_argument("after", "0"))
         except ValueError as err:
@@ -41,14 +44,18 @@ class EventsHandler(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHa
             await res
 
     @property
+    def host(self) -> JobHost:
+        return self.settings["edt"]
+
+    @property
     def service(self) -> JobService:
-        return self.extensionapp.job_service
+        return self.host.job_service
 
     def open(self, *args: Any, **kwargs: Any) -> None:
         self._pump = asyncio.ensure_future(self._send_events())
 
     async def _send_events(self) -> None:
-        user = self.extensionapp.user_name(self.current_user)
+        user = self.identity.name
         while True:
             changed = self.service.changed()
             batch = self.service.events(user, after=self.cursor, job_id=self.job_id)

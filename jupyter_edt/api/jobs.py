@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from jupyter_server.auth.decorator import authorized
-from tornado import web
-
 from ..jobs.models import JobSpec, JobState, parse_limits
 from .base import LAST_ID, APIError, EDTHandler, api_errors
 
 
 class JobsHandler(EDTHandler):
-    @web.authenticated
-    @authorized
     async def get(self) -> None:
         states = self.get_arguments("state")
         try:
@@ -24,8 +19,6 @@ class JobsHandler(EDTHandler):
             jobs = self.service.list(self.user_name, states=parsed, owner=owner)
         self.write_json({"jobs": [job.to_dict() for job in jobs]})
 
-    @web.authenticated
-    @authorized
     async def post(self) -> None:
         with api_errors():
             spec = JobSpec.from_dict(self.json_body())
@@ -35,22 +28,16 @@ class JobsHandler(EDTHandler):
 
 
 class JobHandler(EDTHandler):
-    @web.authenticated
-    @authorized
     async def get(self, job_id: str) -> None:
         with api_errors():
             self.write_json(self.service.get(self.user_name, job_id).to_dict())
 
-    @web.authenticated
-    @authorized
     async def patch(self, job_id: str) -> None:
         with api_errors():
             limits = parse_limits(self.json_body())
             job = await self.service.update(self.user_name, job_id, **limits)
         self.write_json(job.to_dict())
 
-    @web.authenticated
-    @authorized
     async def delete(self, job_id: str) -> None:
         with api_errors():
             job = await self.service.cancel(self.user_name, job_id)
@@ -58,8 +45,6 @@ class JobHandler(EDTHandler):
 
 
 class MetricsHandler(EDTHandler):
-    @web.authenticated
-    @authorized
     async def get(self, job_id: str) -> None:
         after = _int_argument(self, "after") or 0
         with api_errors():
@@ -75,8 +60,6 @@ class LogsHandler(EDTHandler):
     A name the job has no log under is 404 naming `name`, as a missing artifact is; `tail`
     and `offset` are checked whether or not a name is given."""
 
-    @web.authenticated
-    @authorized
     async def get(self, job_id: str) -> None:
         name = self.get_argument("name", None)
         offset = _int_argument(self, "offset")

@@ -15,8 +15,6 @@ import tempfile
 from email.message import Message
 from typing import IO
 
-from jupyter_core.utils import ensure_async
-from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..jobs.models import JobSpec, SpecError
@@ -159,18 +157,12 @@ class SubmitHandler(JobsHandler):
 
     @property
     def max_upload_bytes(self) -> int:
-        return int(self.extensionapp.max_upload_bytes)
+        return int(self.host.max_upload_bytes)
 
     async def prepare(self) -> None:
-        await super().prepare()
+        await super().prepare()  # strangers are refused here, before the body is read
         if self.request.method != "POST":
             return
-        # refuse strangers before reading the body, which may be large
-        user = self.current_user
-        if not user or not await ensure_async(
-            self.authorizer.is_authorized(self, user, "write", self.auth_resource)
-        ):
-            raise web.HTTPError(403)
         limit = self.max_upload_bytes + SPEC_LIMIT + FORM_OVERHEAD
         length = self.request.headers.get("Content-Length")
         if length is not None and length.isdigit() and int(length) > limit:
@@ -206,8 +198,6 @@ class SubmitHandler(JobsHandler):
             except FormError as err:  # raised from post(), once the body is in
                 self._error = err
 
-    @web.authenticated
-    @authorized
     async def post(self) -> None:
         self._posting = True
         if self._form is None:

@@ -8,7 +8,6 @@ bodies are the native API's; the logic is in ``compat/execs.py``.
 
 from __future__ import annotations
 
-from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..compat.execs import Execs
@@ -40,14 +39,10 @@ class ExecsMixin:
 class ExecsHandler(ExecsMixin, SubmitHandler):
     form_class = ExecForm  # the native upload's streaming, without a spec part
 
-    @web.authenticated
-    @authorized
     async def get(self) -> None:
         with api_errors():
             self.write_json({"execs": self.execs.list(self.user_name)})
 
-    @web.authenticated
-    @authorized
     async def post(self) -> None:
         self._posting = True
         if self._form is None:
@@ -68,30 +63,22 @@ class ExecsHandler(ExecsMixin, SubmitHandler):
 
 
 class ExecHandler(ExecsMixin, EDTHandler):
-    @web.authenticated
-    @authorized
     async def get(self, exec_id: str) -> None:
         with api_errors():
             self.write_json(self.execs.get(self.user_name, exec_id))
 
-    @web.authenticated
-    @authorized
     async def delete(self, exec_id: str) -> None:
         with api_errors():
             self.write_json(await self.execs.delete(self.user_name, exec_id))
 
 
 class ExecStopHandler(ExecsMixin, EDTHandler):
-    @web.authenticated
-    @authorized
     async def post(self, exec_id: str) -> None:
         with api_errors():
             self.write_json(await self.execs.stop(self.user_name, exec_id))
 
 
 class ExecLogHandler(ExecsMixin, EDTHandler):
-    @web.authenticated
-    @authorized
     async def get(self, exec_id: str) -> None:
         with api_errors():
             text = self.execs.log(self.user_name, exec_id, self.get_argument("logType", "outlog"))
@@ -99,8 +86,6 @@ class ExecLogHandler(ExecsMixin, EDTHandler):
 
 
 class ExecResultHandler(ExecsMixin, ResultZipHandler):
-    @web.authenticated
-    @authorized
     async def get(self, exec_id: str) -> None:  # type: ignore[override]
         with api_errors():
             self.execs.result_dir(self.user_name, exec_id)  # an exec of this user, or 404

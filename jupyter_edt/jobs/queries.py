@@ -18,6 +18,7 @@ from .logs import LogChunk, list_logs, read_log
 from .models import HOLDING, Job, JobState
 from .protocols import JobRunner
 from .store import JobStore, UnknownJob
+from .users import UserDirectory
 
 __all__ = ["JobQueries", "NotAllowed"]
 
@@ -27,16 +28,14 @@ class NotAllowed(PermissionError):
 
 
 class JobQueries:
-    def __init__(
-        self, store: JobStore, runner: JobRunner, *, admin_users: Iterable[str] = ()
-    ) -> None:
+    def __init__(self, store: JobStore, runner: JobRunner, *, users: UserDirectory) -> None:
         self.store = store
         self.runner = runner
-        self.admin_users = frozenset(admin_users)
+        self.users = users
         self.feed = EventFeed(store)
 
     def is_admin(self, user: str) -> bool:
-        return user in self.admin_users
+        return self.users.is_admin(user)
 
     def get(self, user: str, job_id: str) -> Job:
         """The job, if `user` may see it; others' jobs look absent."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from ..scheduling.allocator import Order, plan
 from ..scheduling.inventory import Device
 from ..scheduling.monitor import InventoryMonitor
-from ..scheduling.policy import JobDemand, Policy, PolicyName
+from ..scheduling.policy import POLICIES, JobDemand, Policy, PolicyName, ShareRules
 from .models import SCHEDULED, Job, JobState
 from .progress import ProgressBook
 from .protocols import JobRunner
@@ -34,14 +34,18 @@ class Scheduler:
         policy: PolicyName | Policy,
         min_rescale_interval: float,
         clock: Callable[[], float],
+        rules: Callable[[], ShareRules] | None = None,
     ) -> None:
+        """`rules`: the weights and quotas between users as they stand at each reschedule
+        (groups change as users come); default: the policy's own."""
         self.store = store
         self.monitor = monitor  # its latest reading is what the allocator deals out
         self.runner = runner
         self.progress = progress
-        self.policy = policy
+        self.policy = POLICIES[policy]() if isinstance(policy, str) else policy
         self.min_rescale_interval = min_rescale_interval
         self.clock = clock
+        self.rules = rules
         self._lock = asyncio.Lock()
         # jobs checkpointing before they release their devices (see `_release_suspended`)
         self._suspending: dict[str, asyncio.Task[None]] = {}
@@ -78,10 +82,13 @@ class Scheduler:
             }
             devices = [d for d in present if d.id not in releasing]
             jobs = self.store.list_jobs(states=SCHEDULED)
+            policy = self.policy
+            if self.rules is not None:
+                policy.rules = self.rules()
             orders = plan(
                 [self.demand(j) for j in jobs],
                 devices,
-                self.policy,
+                policy,
                 now=self.clock(),
                 min_rescale_interval=self.min_rescale_interval,
             )
@@ -99,7 +106,28 @@ class Scheduler:
                 if order.action == "suspend":
                     releasing |= set(holds)
                 applied.append(order)
+            self._say_why_waiting(jobs, orders, policy.rules)
             return applied
+
+    def _say_why_waiting(
+        self, jobs: Sequence[Job], orders: Sequence[Order], rules: ShareRules
+    ) -> None:
+        """Give each job that stays queued the reason a quota gives it, or take that reason
+        back once no quota holds the job (what it then waits for is GPUs)."""
+        holds = {j.id: len(j.devices) for j in jobs}
+        holds.update({o.job_id: len(o.devices) for o in orders})
+        holding: dict[str, int] = {}
+        for job in jobs:
+            holding[job.user] = holding.get(job.user, 0) + holds[job.id]
+        now = self.clock()
+        for job in jobs:
+            if job.state != JobState.QUEUED or holds[job.id]:
+                continue
+            why = rules.held_back(job.user, job.min_gpus, holding)
+            if why is None and job.reason.startswith("quota"):
+                why = "waiting for GPUs"
+            if why is not None and why != job.reason:
+                self.store.set_waiting_reason(job.id, why, now=now)
 
     async def _apply(self, order: Order, devices: Sequence[Device], lost: Sequence[str]) -> None:
         """Carry out one order; `lost` names the devices the job held that vanished."""

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 from ..scheduling.allocator import Order
 from ..scheduling.monitor import InventoryMonitor
-from ..scheduling.policy import Policy, PolicyName
+from ..scheduling.policy import Policy, PolicyName, ShareRules
 from .archives import safe_extract
 from .models import LIVE, TERMINAL, Job, JobSpec, JobState, SpecError
 from .progress import ProgressBook
@@ -28,6 +28,7 @@ from .protocols import JobRunner
 from .queries import JobQueries, NotAllowed
 from .scheduler import Scheduler
 from .store import JobStore
+from .users import UserDirectory
 
 __all__ = ["JobRunner", "JobService", "NotAllowed"]
 
@@ -44,10 +45,16 @@ class JobService(JobQueries):
         policy: PolicyName | Policy = "fair-share",
         min_rescale_interval: float = 30.0,
         admin_users: Iterable[str] = (),
+        rules: ShareRules | None = None,
+        groups: Mapping[str, Sequence[str]] | None = None,
         max_restarts: int = 3,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(store, runner, admin_users=admin_users)
+        """`rules`: weights and quotas between users (their groups: `groups` as configured,
+        and what each caller's identity says, see `UserDirectory`)."""
+        users = UserDirectory(store, admin_users=admin_users, groups=groups)
+        super().__init__(store, runner, users=users)
+        configured = rules or ShareRules()
         if max_restarts < 0:
             raise ValueError(f"max_restarts must be 0 or more, got {max_restarts}.")
         self.max_restarts = max_restarts
@@ -62,6 +69,7 @@ class JobService(JobQueries):
             policy=policy,
             min_rescale_interval=min_rescale_interval,
             clock=clock,
+            rules=lambda: users.share_rules(configured),
         )
         runner.report_to(self)
 

@@ -105,6 +105,18 @@ class JobRow(Base):
         )
 
 
+class UserRow(Base):
+    """A user the service has seen: the groups and administrator flag its identity provider
+    (JupyterHub, a token file) gave last. Group quotas and usage by group read them."""
+
+    __tablename__ = "edt_users"
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    groups: Mapped[list[str]] = mapped_column(JSON, default=list)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: When that last changed.
+    seen: Mapped[float] = mapped_column(Float)
+
+
 class EventRow(Base):
     __tablename__ = "edt_events"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -277,6 +289,20 @@ class JobStore:
             s.add(_event(job_id, now, "state", data))
             return job.to_job()
 
+    def set_waiting_reason(self, job_id: str, reason: str, *, now: float | None = None) -> Job:
+        """Say why a queued job still waits (a quota, say): recorded as a state event of the
+        same state when the reason changes, so the feed and the sidebar show it."""
+        now = time.time() if now is None else now
+        with self._change() as s:
+            job = self._row(s, job_id)
+            if job.state != JobState.QUEUED.value:
+                raise InvalidTransition(f"Job {job_id} is {job.state}, not waiting.")
+            if job.reason != reason:
+                job.reason = reason
+                job.updated = now
+                s.add(_event(job_id, now, "state", {"state": job.state, "reason": reason}))
+            return job.to_job()
+
     def set_elastic(self, job_id: str, reason: str, *, now: float | None = None) -> Job:
         """The job's program announced the elastic runtime: from now on it can be resized."""
         now = time.time() if now is None else now
@@ -330,6 +356,29 @@ class JobStore:
                 job.updated = now
                 s.add(_event(job_id, now, "limits", changes))
             return job.to_job()
+
+    # users --------------------------------------------------------------------------------
+
+    def note_user(
+        self, name: str, groups: Sequence[str], admin: bool, *, now: float | None = None
+    ) -> bool:
+        """Record what the identity provider says of `name`; True when that changed."""
+        now = time.time() if now is None else now
+        groups = list(dict.fromkeys(groups))
+        with self._session.begin() as s:  # not a job change: the feed need not hear of it
+            row = s.get(UserRow, name)
+            if row is None:
+                s.add(UserRow(name=name, groups=groups, admin=admin, seen=now))
+                return True
+            if list(row.groups) == groups and bool(row.admin) == admin:
+                return False
+            row.groups, row.admin, row.seen = groups, admin, now
+            return True
+
+    def users(self) -> dict[str, tuple[list[str], bool]]:
+        """Every user seen: their groups and whether they were an administrator."""
+        with self._session() as s:
+            return {r.name: (list(r.groups), bool(r.admin)) for r in s.scalars(select(UserRow))}
 
     # events and metrics -------------------------------------------------------------------
 

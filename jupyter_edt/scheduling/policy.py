@@ -139,6 +139,26 @@ class ShareRules:
         """The user's groups, each once (a group named twice counts a device once)."""
         return tuple(dict.fromkeys(self.groups.get(user, ())))
 
+    def held_back(self, user: str, want: int, holding: Mapping[str, int]) -> str | None:
+        """Why a quota keeps `user` from holding `want` devices more, when the users hold
+        `holding` (devices per user); None when no quota does. The sentence starts with
+        "quota", the waiting reason a job record shows."""
+        held = holding.get(user, 0)
+        if user in self.user_quotas and held + want > self.user_quotas[user]:
+            quota = self.user_quotas[user]
+            return f"quota: {user} holds {held} of their {quota} GPU(s), and this job needs {want}"
+        for group in self.groups_of(user):
+            if group in self.group_quotas:
+                quota = self.group_quotas[group]
+                members = [u for u in holding if group in self.groups_of(u)]
+                in_use = sum(holding[u] for u in members)
+                if in_use + want > quota:
+                    return (
+                        f"quota: group {group} holds {in_use} of its {quota} GPU(s), "
+                        f"and this job needs {want}"
+                    )
+        return None
+
 
 class _Ledger:
     """The devices counted against each user's and group's quota while counts are made."""

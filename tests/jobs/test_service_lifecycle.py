@@ -160,3 +160,40 @@ async def test_only_the_owner_or_an_admin_sees_a_job(tmp_path):
     assert service.list("bo") == [] and [j.id for j in service.list("root")] == [job.id]
     with pytest.raises(NotAllowed):
         service.list("bo", owner="ana")
+
+
+async def test_fair_share_is_between_users_and_quotas_hold_jobs_back_with_a_reason(tmp_path):
+    from jupyter_edt.jobs.users import Identity
+    from jupyter_edt.scheduling.policy import ShareRules
+
+    rules = ShareRules(user_quotas={"bo": 1}, group_quotas={"ml": 3})
+    service = make_service(tmp_path, rules=rules)
+    runner = runner_of(service)
+    service.users.note(Identity("ana", groups=("ml",)))
+    service.users.note(Identity("cy", groups=("ml",)))
+    ana = [await service.submit("ana", spec()) for _ in range(3)]
+    for job in ana:
+        if job.id in runner.running:
+            await runner.started(job.id)
+            await runner.goes_elastic(job.id)
+    # ana is alone but her group may hold 3 of the 4 GPUs
+    assert sum(len(runner.running.get(j.id, ())) for j in ana) == 3
+    bo = await service.submit("bo", spec())
+    assert len(runner.running[bo.id]) == 1  # bo's own quota
+    bo2 = await service.submit("bo", spec())
+    waiting = service.get("bo", bo2.id)
+    assert waiting.state == JobState.QUEUED
+    assert waiting.reason == "quota: bo holds 1 of their 1 GPU(s), and this job needs 1"
+    cy = await service.submit("cy", spec())
+    assert service.get("cy", cy.id).reason.startswith("quota: group ml holds 3 of its 3 GPU(s)")
+    # the reason goes once the quota no longer holds the job back
+    await runner.exits(bo.id)
+    assert runner.running[bo2.id]
+    assert service.get("bo", bo2.id).reason != waiting.reason
+    # the groups heard from identities are kept across a restart
+    service.store.close()
+    again = make_service(tmp_path)
+    assert again.users.groups_of("cy") == ("ml",)
+    assert not again.is_admin("cy")
+    again.users.note(Identity("cy", groups=("ml",), admin=True))
+    assert again.is_admin("cy")

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyter_edt.app import EDTApp, load_policy
+from jupyter_edt.app import EDTApp
+from jupyter_edt.host import load_policy
 from jupyter_edt.scheduling.allocator import plan
 from jupyter_edt.scheduling.inventory import Device
 from jupyter_edt.scheduling.policy import (
@@ -574,7 +575,7 @@ def test_policies_are_classes_chosen_by_name_or_import_path():
     with pytest.raises(ValueError, match=r"'os\.path' is not a Policy subclass"):
         load_policy("os.path")
     with pytest.raises(ValueError, match=r"EDTApp\.policy must be one of fair-share, priority"):
-        load_policy("fairshare")
+        load_policy("fairshare", "EDTApp.policy")
     with pytest.raises(ValueError, match=r"'nope\.Nope' is neither"):
         EDTApp(policy="nope.Nope")
 

@@ -1,0 +1,310 @@
+"""The job service's configuration and lifetime, shared by both ways of hosting it: the
+Jupyter server extension (`EDTApp`, the embedded mode) and ``jupyter edt serve`` (`EDTService`,
+the shared mode). Each setting is a trait of `JobHost`, so it is given the same way to both
+(``c.EDTApp.virtual_gpus = 2``, ``c.EDTService.virtual_gpus = 2``, or ``c.JobHost...`` for both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from jupyter_core.paths import jupyter_data_dir
+from traitlets import Bool, Dict, Enum, Float, Int, List, Type, Unicode, default, observe, validate
+from traitlets.config import LoggingConfigurable
+from traitlets.utils.importstring import import_item
+
+from .compat.plugin import WMLAPlugin
+from .jobs.runner import DriverRunner
+from .jobs.service import JobService
+from .jobs.store import JobStore
+from .launch.base import Launcher
+from .launch.local import LocalLauncher
+from .scheduling.inventory import Inventory, VirtualInventory, open_inventory
+from .scheduling.monitor import InventoryMonitor
+from .scheduling.policy import POLICIES, Policy, ShareRules
+
+
+class JobHost(LoggingConfigurable):
+    """The traits of the job service, and its start and stop."""
+
+    devices = Enum(
+        ["auto", "nvml", "virtual"],
+        default_value="auto",
+        config=True,
+        help="""Where devices come from. 'auto' uses the NVIDIA GPUs that NVML reports and
+        falls back to virtual GPUs when NVML is absent (no library, no driver, no GPU);
+        'nvml' fails instead of falling back; 'virtual' always uses virtual GPUs.""",
+    )
+
+    virtual_gpus = Int(
+        4,
+        config=True,
+        help="""Number of virtual GPUs (CPU worker slots) offered when no NVIDIA GPU is used.
+        Changed on a running server, it takes effect at the next device reading: the devices
+        beyond the new count vanish (their jobs lose them, as with a GPU that fails) or
+        appear (and are dealt out).""",
+    )
+
+    policy = Unicode(
+        "fair-share",
+        config=True,
+        help="""GPU allocation policy: 'fair-share' (max-min fair between users, then
+        between each user's jobs), 'priority' (higher priority first, equal ones fairly),
+        'goodput' (spare GPUs where they speed a job up most), or the import path of a
+        `jupyter_edt.scheduling.policy.Policy` subclass of your own.""",
+    )
+
+    launcher_class = Type(
+        default_value=LocalLauncher,
+        klass=Launcher,
+        config=True,
+        help="""Where the job service starts each job's driver: a `jupyter_edt.launch.base.Launcher`
+        subclass (or its import path). The default runs it as a process on this machine.""",
+    )
+
+    database_url = Unicode(
+        config=True,
+        help="""SQLAlchemy URL of the job store. Defaults to an SQLite file in the Jupyter
+        data directory.""",
+    )
+
+    jobs_dir = Unicode(
+        config=True,
+        help="""Directory for each job's submitted code, logs and results. Defaults to
+        `jobs/` in the Jupyter data directory's `jupyter_edt` folder.""",
+    )
+
+    min_rescale_interval = Float(
+        30.0,
+        config=True,
+        help="""Seconds a job keeps its GPU count after a rescale before it is rescaled again,
+        unless a waiting job needs GPUs to start.""",
+    )
+
+    metrics_cap = Int(
+        10_000,
+        config=True,
+        help="""Metric records kept per job; past it, older records are thinned.""",
+    )
+
+    resume_lost_jobs = Bool(
+        True,
+        config=True,
+        help="""When the server starts and a running job's processes are gone, queue it again
+        to resume from its last checkpoint (True) or mark it FAILED (False).""",
+    )
+
+    max_restarts = Int(
+        3,
+        config=True,
+        help="""How many times a job whose driver dies (killed, out of memory) while the server
+        runs goes back to the queue to resume from its newest checkpoint. Past that, or
+        without a checkpoint, the job fails with the driver's signal or exit code and the end
+        of its log. 0: never.""",
+    )
+
+    max_upload_bytes = Int(
+        512 * 1024 * 1024,
+        config=True,
+        help="""Largest code archive (.tar, .tar.gz or .zip) a job submission may upload, in
+        bytes; it also bounds the archive's unpacked size. Requests over it get 413. This
+        route's body limit is raised to it, whatever `ServerApp.max_body_size` says.""",
+    )
+
+    refresh_interval = Float(
+        5.0,
+        config=True,
+        help="""Seconds between device readings (NVML memory and utilisation, and whether a
+        device vanished). Each reading also lets the allocator act on expired rescale
+        intervals.""",
+    )
+
+    driver_module = Unicode(
+        "jupyter_edt.runtime.driver",
+        config=True,
+        help="""Module run (`python -m`) as each job's driver. Replace it only with a driver
+        that speaks the job-directory protocol of `jupyter_edt.runtime.jobdir` (the events
+        benchmark uses a synthetic one).""",
+    )
+
+    load_magics = Bool(
+        True,
+        config=True,
+        help="""Load the jupyter-edt magics (%%edt_submit, ...) in the IPython kernels this
+        server starts, so that notebooks need no `%load_ext jupyter_edt`.""",
+    )
+
+    admin_users = List(
+        Unicode(),
+        config=True,
+        help="""Users who see and change every user's jobs.""",
+    )
+
+    user_weights = Dict(
+        value_trait=Float(),
+        per_key_traits=None,
+        config=True,
+        help="""Each user's weight in the fair share between users (default 1): a user of
+        weight 2 gets twice the GPUs of a user of weight 1 when both want more.""",
+    )
+
+    user_quotas = Dict(
+        value_trait=Int(),
+        config=True,
+        help="""The most GPUs each named user's jobs may hold at once. A job its quota keeps
+        from starting waits with a reason that starts with "quota".""",
+    )
+
+    group_quotas = Dict(
+        value_trait=Int(),
+        config=True,
+        help="""The most GPUs all the users of each named group may hold at once. Groups come
+        from each caller's identity (JupyterHub groups, the token file), and from
+        `user_groups`.""",
+    )
+
+    user_groups = Dict(
+        value_trait=List(Unicode()),
+        config=True,
+        help="""Groups of users, by user name, beside those their identity provider names.""",
+    )
+
+    inventory: Inventory
+    monitor: InventoryMonitor
+    job_service: JobService
+    _ticker: asyncio.Task[None] | None = None
+
+    @default("database_url")
+    def _default_database_url(self) -> str:
+        return f"sqlite:///{jupyter_data_dir()}/jupyter_edt/edt.sqlite"
+
+    @default("jobs_dir")
+    def _default_jobs_dir(self) -> str:
+        return f"{jupyter_data_dir()}/jupyter_edt/jobs"
+
+    def _option(self, trait: str) -> str:
+        return f"{type(self).__name__}.{trait}"
+
+    @validate("max_upload_bytes")
+    def _check_max_upload_bytes(self, proposal: dict) -> int:
+        value = proposal["value"]
+        if value < 1:
+            raise ValueError(f"{self._option('max_upload_bytes')} must be positive, got {value}.")
+        return value
+
+    @validate("policy")
+    def _check_policy(self, proposal: dict) -> str:
+        load_policy(proposal["value"], self._option("policy"))  # now, not at the first job
+        return proposal["value"]
+
+    @validate("max_restarts")
+    def _check_max_restarts(self, proposal: dict) -> int:
+        value = proposal["value"]
+        if value < 0:
+            raise ValueError(f"{self._option('max_restarts')} must be 0 or more, got {value}.")
+        return value
+
+    @validate("virtual_gpus")
+    def _check_virtual_gpus(self, proposal: dict) -> int:
+        value = proposal["value"]
+        if value < 0:
+            raise ValueError(f"{self._option('virtual_gpus')} must be 0 or more, got {value}.")
+        return value
+
+    @observe("virtual_gpus")
+    def _virtual_gpus_changed(self, change: dict) -> None:
+        inventory = getattr(self, "inventory", None)
+        if isinstance(inventory, VirtualInventory):
+            inventory.resize(change["new"])
+
+    def share_rules(self) -> ShareRules:
+        """The configured weights and quotas; ValueError naming the option when one is bad."""
+        try:
+            return ShareRules(
+                weights=dict(self.user_weights),
+                user_quotas=dict(self.user_quotas),
+                group_quotas=dict(self.group_quotas),
+            )
+        except ValueError as err:
+            raise ValueError(f"{type(self).__name__}: {err}") from err
+
+    def open_job_service(self) -> JobService:
+        """Read the devices, open the store and make the job service (nothing runs yet)."""
+        rules = self.share_rules()
+        self.inventory = open_inventory(self.devices, self.virtual_gpus, logger=self.log)
+        if self.inventory.source == "virtual":
+            self.log.info(
+                "jupyter-edt: scheduling on %d virtual GPUs (CPU worker slots).",
+                self.virtual_gpus,
+            )
+        else:
+            self.log.info("jupyter-edt: scheduling on the NVIDIA GPUs that NVML reports.")
+        self.monitor = InventoryMonitor(self.inventory)
+        self.monitor.record(self.inventory.read(), time.time())
+        store = JobStore(self.database_url, metrics_cap=self.metrics_cap)
+        self.job_service = JobService(
+            store,
+            self.monitor,
+            self.make_runner(),
+            policy=load_policy(self.policy, self._option("policy")),
+            min_rescale_interval=self.min_rescale_interval,
+            admin_users=self.admin_users,
+            rules=rules,
+            groups=self.user_groups,
+            max_restarts=self.max_restarts,
+        )
+        return self.job_service
+
+    def make_runner(self) -> DriverRunner:
+        return DriverRunner(
+            self.launcher_class(),
+            self.jobs_dir,
+            driver_module=self.driver_module,
+            plugins=[WMLAPlugin(Path(self.jobs_dir) / ".fabric")],  # WMLA programs run as-is
+        )
+
+    async def start_job_service(self) -> None:
+        """Take up the jobs a previous run left (re-attach, resume or fail them), then read
+        the devices and reschedule every `refresh_interval` seconds."""
+        outcome = await self.job_service.recover(resume_lost=self.resume_lost_jobs)
+        for kind, ids in outcome.items():
+            if ids:
+                self.log.info("jupyter-edt: %s jobs after restart: %s", kind, ", ".join(ids))
+        self._ticker = asyncio.create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_interval)
+            try:
+                if await self.monitor.refresh(time.time()):
+                    ids = ", ".join(d.id for d in self.monitor.devices)
+                    self.log.warning("jupyter-edt: the devices changed; now: %s", ids)
+                await self.job_service.reschedule()
+            except Exception:
+                self.log.exception("jupyter-edt: a device reading or reschedule failed")
+
+    async def stop_job_service(self) -> None:
+        """Stop following jobs; their processes keep running, for the next start to take up."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+        await self.job_service.close()
+        await self.job_service.runner.close()
+        self.job_service.store.close()
+        self.inventory.close()
+
+
+def load_policy(name: str, option: str = "policy") -> Policy:
+    """The policy `name` names: one of `POLICIES`, or a `Policy` subclass by its import path.
+    ValueError, naming the `option`, for anything else."""
+    if name in POLICIES:
+        return POLICIES[name]()
+    choices = f"one of {', '.join(POLICIES)} or the import path of a Policy subclass"
+    try:
+        found = import_item(name)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ValueError(f"{option} must be {choices}; {name!r} is neither ({err}).") from err
+    if not (isinstance(found, type) and issubclass(found, Policy)):
+        raise ValueError(f"{option} must be {choices}; {name!r} is not a Policy subclass.")
+    return found()
