@@ -7,7 +7,9 @@ the shared mode). Each setting is a trait of `JobHost`, so it is given the same 
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from jupyter_core.paths import jupyter_data_dir
@@ -19,6 +21,7 @@ from .compat.plugin import WMLAPlugin
 from .jobs.runner import DriverRunner
 from .jobs.service import JobService
 from .jobs.store import JobStore
+from .launch.accounts import Account
 from .launch.base import Launcher
 from .launch.local import LocalLauncher
 from .scheduling.inventory import Inventory, VirtualInventory, open_inventory
@@ -142,6 +145,17 @@ class JobHost(LoggingConfigurable):
         help="""Users who see and change every user's jobs.""",
     )
 
+    job_python = Unicode(
+        config=True,
+        help="""The Python that runs each job's driver, and through it its workers (default:
+        the one running the service). When jobs run as their users' accounts, every account
+        must be able to execute it and import jupyter_edt and torch with it.""",
+    )
+
+    @default("job_python")
+    def _default_job_python(self) -> str:
+        return sys.executable
+
     user_weights = Dict(
         value_trait=Float(),
         per_key_traits=None,
@@ -254,15 +268,24 @@ class JobHost(LoggingConfigurable):
             rules=rules,
             groups=self.user_groups,
             max_restarts=self.max_restarts,
+            admit_user=self.account_of(),
         )
         return self.job_service
 
+    def account_of(self) -> Callable[[str], Account | None] | None:
+        """The Unix account each user's jobs run as (it raises `NoAccount`, a sentence, for a
+        user without one); None: every job runs as this process's own account."""
+        return None
+
     def make_runner(self) -> DriverRunner:
+        account_of = self.account_of()
         return DriverRunner(
             self.launcher_class(),
             self.jobs_dir,
+            python=self.job_python,
             driver_module=self.driver_module,
             plugins=[WMLAPlugin(Path(self.jobs_dir) / ".fabric")],  # WMLA programs run as-is
+            accounts=None if account_of is None else lambda job: account_of(job.user),
         )
 
     async def start_job_service(self) -> None:

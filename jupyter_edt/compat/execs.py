@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..jobs.archives import open_inside
 from ..jobs.logs import MAX_CHUNK
 from ..jobs.models import Job, JobSpec, SpecError
 from ..jobs.service import JobService
@@ -144,16 +145,16 @@ class Execs:
             result = self.service.result_dir(user, exec_id)
             paths = [logs / "driver.stdout", *sorted(logs.glob("w*.out"))]
             paths += sorted({p for pattern in ELOG_PATTERNS for p in result.parent.glob(pattern)})
-        return "".join(_tail(p) for p in paths)
+        return "".join(_tail(logs.parent, p) for p in paths)
 
 
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(0, size - MAX_CHUNK))
-            data = f.read()
-    except (FileNotFoundError, IsADirectoryError):
+def _tail(root: Path, path: Path) -> str:
+    try:  # no links, no fifos: the job's user owns its directory
+        f, size = open_inside(root, path)
+    except (FileNotFoundError, ValueError):
         return ""
+    with f:
+        f.seek(max(0, size - MAX_CHUNK))
+        data = f.read()
     text = data.decode(errors="replace")
     return text if not text or text.endswith("\n") else text + "\n"

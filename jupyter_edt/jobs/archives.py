@@ -319,8 +319,13 @@ def list_artifacts(result_dir: Path) -> list[dict[str, Any]]:
     return [{"path": rel, "size": st.st_size, "modified": st.st_mtime} for rel, st in found]
 
 
-def open_artifact(result_dir: Path, path: str) -> tuple[BinaryIO, int]:
-    """Open one file under `result_dir` for reading, with its size.
+def open_artifact(result_dir: Path, path: str, *, what: str = "artifact") -> tuple[BinaryIO, int]:
+    """Open one file under `result_dir` for reading, with its size (`what` it is, for the
+    errors' sentences).
+
+    Whatever the service reads in a job's directory goes through here (artifacts, logs,
+    metric files): a job running as its user owns that directory and could put a link to
+    a file only the service may read where a log is expected.
 
     ValueError for a path that is absolute or climbs out; FileNotFoundError for one that does
     not name a regular file reached without links. Each component is opened relative to its
@@ -334,8 +339,8 @@ def open_artifact(result_dir: Path, path: str) -> tuple[BinaryIO, int]:
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(result_dir, flags | os.O_DIRECTORY)
-    except (FileNotFoundError, NotADirectoryError) as err:
-        raise FileNotFoundError(f"This job has no artifact {path!r}.") from err
+    except (FileNotFoundError, NotADirectoryError, OSError) as err:
+        raise FileNotFoundError(f"This job has no {what} {path!r}.") from err
     try:
         for part in parts[:-1]:
             parent, fd = fd, os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
@@ -345,12 +350,17 @@ def open_artifact(result_dir: Path, path: str) -> tuple[BinaryIO, int]:
         os.close(parent)
     except OSError as err:  # ENOENT, ENOTDIR, and ELOOP for a link
         os.close(fd)
-        raise FileNotFoundError(f"This job has no artifact {path!r}.") from err
+        raise FileNotFoundError(f"This job has no {what} {path!r}.") from err
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):  # a directory, fifo or device
         os.close(fd)
-        raise FileNotFoundError(f"This job has no artifact {path!r}.")
+        raise FileNotFoundError(f"This job has no {what} {path!r}.")
     return os.fdopen(fd, "rb"), st.st_size
+
+
+def open_inside(root: Path, path: Path) -> tuple[BinaryIO, int]:
+    """`open_artifact` for a file found under `root` (a glob's match, say)."""
+    return open_artifact(root, path.relative_to(root).as_posix(), what="file")
 
 
 class _Chunks(io.RawIOBase):

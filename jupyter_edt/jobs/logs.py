@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .archives import open_artifact
+
 LOG_SUFFIXES = (".stdout", ".stderr", ".out", ".log")
 MAX_CHUNK = 1 << 20  # one answer carries at most 1 MiB of log
 
@@ -32,9 +34,11 @@ def read_log(
     """`offset`: the bytes from there on (follow mode); `tail`: the last `tail` lines."""
     if name not in list_logs(log_dir):
         raise ValueError(f"This job has no log named {name!r}.")
-    path = log_dir / name
-    size = path.stat().st_size
-    with path.open("rb") as f:
+    try:  # a regular file, reached without links (the job's user owns the directory)
+        f, size = open_artifact(log_dir, name, what="log")
+    except FileNotFoundError as err:
+        raise ValueError(f"This job has no log named {name!r}.") from err
+    with f:
         if tail is not None:
             start = max(0, size - MAX_CHUNK)
             f.seek(start)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .archives import open_inside
 from .plugins import JobPlugin
 
 # Events that carry training metrics and progress. Every worker computes the same values (the
@@ -47,7 +48,11 @@ class EventTail:
         paths = {p for pattern in self.patterns for p in self.log_dir.glob(pattern)}
         for path in sorted(paths):
             offset = self._offsets.get(path, 0)
-            with path.open("rb") as f:
+            try:  # no links, no fifos: the job's user owns the directory
+                f, _ = open_inside(self.log_dir, path)
+            except (FileNotFoundError, ValueError):
+                continue
+            with f:
                 f.seek(offset)
                 chunk = f.read()
             end = chunk.rfind(b"\n") + 1

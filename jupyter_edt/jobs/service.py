@@ -48,16 +48,19 @@ class JobService(JobQueries):
         rules: ShareRules | None = None,
         groups: Mapping[str, Sequence[str]] | None = None,
         max_restarts: int = 3,
+        admit_user: Callable[[str], object] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """`rules`: weights and quotas between users (their groups: `groups` as configured,
-        and what each caller's identity says, see `UserDirectory`)."""
+        and what each caller's identity says, see `UserDirectory`). `admit_user` raises
+        ValueError, a sentence, for a user whose jobs cannot run here (no Unix account)."""
         users = UserDirectory(store, admin_users=admin_users, groups=groups)
-        super().__init__(store, runner, users=users)
+        super().__init__(store, runner, users=users, rules=rules, clock=clock)
         configured = rules or ShareRules()
         if max_restarts < 0:
             raise ValueError(f"max_restarts must be 0 or more, got {max_restarts}.")
         self.max_restarts = max_restarts
+        self.admit_user = admit_user
         self.clock = clock
         self._deleted: set[str] = set()  # metrics read before a deletion are dropped
         self.progress = ProgressBook()
@@ -81,7 +84,16 @@ class JobService(JobQueries):
 
     MAX_ARCHIVE_FILES = 100_000
 
+    def _admit(self, user: str) -> None:
+        """Refuse, before anything is stored, a user whose jobs could not run."""
+        if self.admit_user is not None:
+            try:
+                self.admit_user(user)
+            except ValueError as err:
+                raise NotAllowed(str(err)) from err
+
     async def submit(self, user: str, spec: JobSpec) -> Job:
+        self._admit(user)
         if spec.script is not None:
             # Copied now, not when the job starts: a queued job runs what was submitted.
             tree = self.runner.staging_dir() / uuid.uuid4().hex
@@ -110,6 +122,7 @@ class JobService(JobQueries):
         upload leaves neither a job nor a directory behind (SpecError naming `file` or
         `entrypoint`).
         """
+        self._admit(user)
         staging = self.runner.staging_dir()
         tree = staging / uuid.uuid4().hex
         try:

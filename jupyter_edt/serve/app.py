@@ -6,6 +6,9 @@ import asyncio
 import getpass
 import os
 import signal
+import stat
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -14,9 +17,10 @@ from tornado.httpserver import HTTPServer
 from traitlets import Bool, Int, Type, Unicode, default
 from traitlets.config import Application, catch_config_error
 
-from ..version import __version__
 from ..api import routes
 from ..host import JobHost
+from ..launch.accounts import Account, lookup_account
+from ..version import __version__
 from .auth import Authenticator, HubAuthenticator, TokenFileAuthenticator
 from .front import HealthHandler, ServiceFront, ServiceSocketFront
 
@@ -119,6 +123,22 @@ class EDTService(JobHost, Application):
                 "for a trusted team."
             )
 
+    def account_of(self) -> Callable[[str], Account | None] | None:
+        return lookup_account if self.run_as_users else None
+
+    def _warn_unreachable(self) -> None:
+        """Jobs running as users need to reach their interpreter and the jobs directory."""
+        for path in (Path(self.job_python), Path(self.jobs_dir)):
+            for parent in [*reversed(path.absolute().parents), path.absolute()]:
+                if parent.exists() and not parent.stat().st_mode & stat.S_IXOTH:
+                    self.log.warning(
+                        "jupyter-edt: %s is not searchable by other accounts, so jobs running "
+                        "as their users cannot reach %s; see EDTService.job_python/jobs_dir.",
+                        parent,
+                        path,
+                    )
+                    break
+
     def make_app(self) -> web.Application:
         base = "/" + self.base_url.strip("/")
         prefix = "" if base == "/" else base
@@ -137,6 +157,8 @@ class EDTService(JobHost, Application):
     async def serve(self) -> None:
         """Run until SIGTERM or SIGINT; the jobs keep running for the next start."""
         self.check()
+        if self.run_as_users:
+            self._warn_unreachable()
         self.open_job_service()
         await self.start_job_service()
         server = HTTPServer(self.make_app(), max_body_size=self.max_upload_bytes + (1 << 20))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from jupyter_edt.jobs.logs import list_logs, read_log
@@ -37,3 +39,22 @@ def test_unknown_and_escaping_names_are_refused(log_dir):
     for name in ("nope.log", "../etc/passwd", "events-w1.jsonl"):
         with pytest.raises(ValueError, match="no log named"):
             read_log(log_dir, name, tail=5)
+
+
+def test_a_log_is_read_only_as_a_regular_file_reached_without_links(tmp_path):
+    """A job running as its user owns its log directory: a link it plants there to a file only
+    the service may read, or a fifo, must not be read (or hang the reader)."""
+    from jupyter_edt.jobs.metrics import EventTail
+
+    secret = tmp_path / "secret"
+    secret.write_text('{"loss": 1.0, "type": "step"}\nthe service\'s secret\n')
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "leak.log").symlink_to(secret)
+    os.mkfifo(logs / "stall.log")
+    (logs / "events-w0.jsonl").symlink_to(secret)
+    for name in ("leak.log", "stall.log"):
+        assert name in list_logs(logs)
+        with pytest.raises(ValueError, match=f"no log named '{name}'"):
+            read_log(logs, name, tail=10)
+    assert EventTail(logs).read_new() == []
