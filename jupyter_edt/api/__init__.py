@@ -15,6 +15,7 @@ from .events import EventsHandler
 from .jobs import JobHandler, LogsHandler, MetricsHandler
 from .openapi import NotFoundHandler, OpenAPIHandler
 from .uploads import SubmitHandler
+from .usage import UsageHandler
 from .user import UserHandler
 from .wmla import wmla_handlers
 
@@ -32,6 +33,7 @@ default_handlers: list[tuple[str, type[web.RequestHandler]]] = [
     (rf"{API_PREFIX}/jobs/{JOB_ID}/result\.zip", ResultZipHandler),
     (rf"{API_PREFIX}/events", EventsHandler),
     (rf"{API_PREFIX}/user", UserHandler),
+    (rf"{API_PREFIX}/usage", UsageHandler),
     (rf"{API_PREFIX}/openapi\.json", OpenAPIHandler),
 ]
 

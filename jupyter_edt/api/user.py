@@ -1,5 +1,6 @@
-"""GET /edt/api/v1/user: the name the caller's jobs are recorded under, and whether the caller
-is an administrator, so a front end can tell "my jobs" from everyone's it may see."""
+"""GET /edt/api/v1/user: the name the caller's jobs are recorded under, whether the caller is
+an administrator (so a front end can tell "my jobs" from everyone's it may see), their groups,
+and the quotas that cap what their jobs hold at once."""
 
 from __future__ import annotations
 
@@ -9,4 +10,11 @@ from .base import EDTHandler
 class UserHandler(EDTHandler):
     async def get(self) -> None:
         name = self.user_name
-        self.write_json({"name": name, "admin": self.service.is_admin(name)})
+        self.write_json(
+            {
+                "name": name,
+                "admin": self.service.is_admin(name),
+                "groups": list(self.service.users.groups_of(name)),
+                "quota": self.service.quota(name).to_dict(),
+            }
+        )

@@ -8,16 +8,19 @@ forwarded one in the shared mode); a job of someone else looks absent, so ids le
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..scheduling.policy import ShareRules
 from .archives import list_artifacts, open_artifact
 from .feed import EventFeed, Published
 from .logs import LogChunk, list_logs, read_log
 from .models import HOLDING, Job, JobState
 from .protocols import JobRunner
 from .store import JobStore, UnknownJob
+from .usage import Quota, UsageBy, UsageReport, aggregate, job_usage, quota_of, total
 from .users import UserDirectory
 
 __all__ = ["JobQueries", "NotAllowed"]
@@ -28,10 +31,21 @@ class NotAllowed(PermissionError):
 
 
 class JobQueries:
-    def __init__(self, store: JobStore, runner: JobRunner, *, users: UserDirectory) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        runner: JobRunner,
+        *,
+        users: UserDirectory,
+        rules: ShareRules | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`rules`: the configured weights and quotas (usage rows and `quota` show them)."""
         self.store = store
         self.runner = runner
         self.users = users
+        self.configured_rules = rules or ShareRules()
+        self.clock = clock
         self.feed = EventFeed(store)
 
     def is_admin(self, user: str) -> bool:
@@ -73,6 +87,38 @@ class JobQueries:
             for device in job.devices:
                 out[device] = job.id if visible else None
         return out
+
+    def quota(self, user: str) -> Quota:
+        """The quotas that cap what `user`'s jobs hold at once: theirs, and their groups'."""
+        rules = self.configured_rules
+        return quota_of(user, self.users.groups_of(user), rules.user_quotas, rules.group_quotas)
+
+    def usage(
+        self, user: str, *, since: float = 0.0, until: float | None = None, by: UsageBy
+    ) -> UsageReport:
+        """GPU-seconds held and used within [since, until] (until: now by default, or `since`
+        when that is later), in rows `by` user, group or job (``usage.py`` says what held and
+        used mean).
+
+        An administrator's report counts everyone's jobs. Anyone else's counts their own jobs
+        only, whatever `by`: by user, their row; by group, a row for each of their groups with
+        their own share of it (others' usage, even summed by group, is not theirs to see)."""
+        now = self.clock()
+        until = max(now, since) if until is None else until
+        if until < since:
+            raise ValueError(f"until ({until}) is before since ({since}).")
+        owner = None if self.is_admin(user) else user
+        events = self.store.usage_events(since, until, user=owner)
+        jobs = job_usage(events, since=since, until=max(since, min(until, now))).values()
+        rules = self.configured_rules
+        quotas = {UsageBy.USER: rules.user_quotas, UsageBy.GROUP: rules.group_quotas}.get(by, {})
+        rows = aggregate(
+            jobs,
+            by,
+            groups_of=self.users.groups_of,
+            quota=lambda key: None if key is None else quotas.get(key),
+        )
+        return UsageReport(since=since, until=until, by=by, rows=rows, total=total(jobs))
 
     def metrics(self, user: str, job_id: str, *, after: int = 0) -> list[dict[str, Any]]:
         self.get(user, job_id)

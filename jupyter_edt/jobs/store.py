@@ -18,12 +18,14 @@ from sqlalchemy import (
     Boolean,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     create_engine,
     delete,
     event,
     func,
+    or_,
     select,
     text,
 )
@@ -32,6 +34,7 @@ from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from .models import InvalidTransition, Job, JobSpec, JobState, check_transition
+from .usage import ACCOUNTED_KINDS
 
 SCHEMA_VERSION = 2
 # How to bring a database of each older version one version up, in one transaction each; the
@@ -119,6 +122,8 @@ class UserRow(Base):
 
 class EventRow(Base):
     __tablename__ = "edt_events"
+    # Accounting reads the state and allocation events of a time range (`usage_events`).
+    __table_args__ = (Index("ix_edt_events_kind_time", "kind", "time"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("edt_jobs.id"), index=True)
     time: Mapped[float] = mapped_column(Float)
@@ -177,6 +182,8 @@ class JobStore:
     def _prepare(self) -> None:
         try:
             Base.metadata.create_all(self.engine)
+            for index in EventRow.__table__.indexes:  # added to a table an older version made
+                index.create(self.engine, checkfirst=True)
             with self._session.begin() as s:
                 version = s.get(Meta, "schema_version")
                 if version is None:
@@ -466,6 +473,41 @@ class JobStore:
         with self._session() as s:
             self._row(s, job_id)
             return [row.to_dict() for row in s.scalars(query)]
+
+    # accounting ---------------------------------------------------------------------------
+
+    def usage_events(
+        self, since: float, until: float, *, user: str | None = None
+    ) -> list[dict[str, Any]]:
+        """What accounting over [since, until] reads (``jobs/usage.py``), in the order it was
+        recorded: the state and allocation events within the range, and, of each job alive at
+        `since`, its last state and last allocation event at or before `since` (what it held
+        then, and in which state). Each names the job's owner as `user` and its `name`.
+        `user`: that user's jobs only."""
+        kinds = ACCOUNTED_KINDS
+        alive = select(JobRow.id).where(
+            JobRow.created <= since, or_(JobRow.finished.is_(None), JobRow.finished > since)
+        )
+        last_before = (
+            select(func.max(EventRow.id))
+            .where(EventRow.job_id.in_(alive), EventRow.kind.in_(kinds), EventRow.time <= since)
+            .group_by(EventRow.job_id, EventRow.kind)
+        )
+        within = EventRow.kind.in_(kinds) & (EventRow.time > since) & (EventRow.time <= until)
+        columns = (EventRow.id, EventRow.job_id, EventRow.time, EventRow.kind, EventRow.data)
+        query = (
+            select(*columns, JobRow.user, JobRow.name)
+            .join(JobRow, JobRow.id == EventRow.job_id)
+            .where(or_(EventRow.id.in_(last_before), within))
+            .order_by(EventRow.id)
+        )
+        if user is not None:
+            query = query.where(JobRow.user == user)
+        with self._session() as s:  # plain rows: thousands of them, no ORM objects needed
+            return [
+                {"id": id_, "job_id": job_id, "time": t, "kind": kind, **data, "user": u, "name": n}
+                for id_, job_id, t, kind, data, u, n in s.execute(query)
+            ]
 
     @staticmethod
     def _row(s: Session, job_id: str) -> JobRow:

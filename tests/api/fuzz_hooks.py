@@ -15,7 +15,8 @@ check stays strict about everything else:
 - an uploaded `file` is an archive holding the entrypoint (a fuzzer generates no tar files): it
   becomes one;
 - the execs `args` follow WMLA's option grammar and name the archive's model folder: the
-  platform's options are put in front, the generated text stays as a program argument.
+  platform's options are put in front, the generated text stays as a program argument;
+- a usage range's `until` is not before its `since`: the two are swapped.
 
 Two kinds of failure are dropped, each where the contract says the check does not apply
 (and, below, KNOWN_BUGS of the server outside the API layer, until their owners fix them):
@@ -104,6 +105,10 @@ def map_case(context: Any, case: Any) -> Any:
             if isinstance(body.get("script"), str):
                 body["script"] = SCRIPT
         case.body = body
+    elif operation == ("GET", "/v1/usage") and isinstance(case.query, dict):
+        since, until = case.query.get("since"), case.query.get("until")
+        if _count(since) and _count(until) and until < since:
+            case.query = {**case.query, "since": until, "until": since}
     elif operation == ("POST", "/wmla/v1/execs"):
         args = case.query.get("args")
         if isinstance(args, str) and not args.startswith(EXEC_ARGS):
