@@ -13,6 +13,8 @@ import type {
   IJobSubmission,
   ILogChunk,
   IMetricsPage,
+  IUsageQuery,
+  IUsageReport,
   JobState
 } from './types';
 
@@ -64,6 +66,27 @@ export function fetchUser(
   settings?: ServerConnection.ISettings
 ): Promise<IEdtUser> {
   return requestAPI<IEdtUser>('user', { method: 'GET' }, settings);
+}
+
+/**
+ * GPU-seconds held and used over a range, by user, group or job: everyone's
+ * for an administrator, the caller's own for anyone else.
+ */
+export function fetchUsage(
+  query: IUsageQuery = {},
+  settings?: ServerConnection.ISettings
+): Promise<IUsageReport> {
+  const params: Record<string, string | number> = {};
+  for (const [name, value] of Object.entries(query)) {
+    if (value !== undefined) {
+      params[name] = value;
+    }
+  }
+  return requestAPI<IUsageReport>(
+    'usage' + URLExt.objectToQueryString(params),
+    { method: 'GET' },
+    settings
+  );
 }
 
 /** A job's path below the API namespace, e.g. jobs/{id}/logs. */

@@ -102,6 +102,67 @@ export interface IEdtUser {
   name: string;
   /** Administrators see and change everyone's jobs. */
   admin: boolean;
+  /** The caller's groups (absent from older servers). */
+  groups?: string[];
+  /** The quotas that cap what the caller's jobs hold (absent from older servers). */
+  quota?: IQuota;
+}
+
+/** The quotas that cap the GPUs a user's jobs hold at once (Quota). */
+export interface IQuota {
+  /** The least of the quotas below; null when none applies. */
+  gpus: number | null;
+  /** The user's own quota. */
+  user: number | null;
+  /** The quota of each of the user's groups that has one. */
+  groups: Record<string, number>;
+}
+
+/** What a usage report's rows are (GET /usage?by=). */
+export type UsageBy = 'user' | 'group' | 'job';
+
+/**
+ * GPU-seconds over a range: held (devices allocated times the time allocated)
+ * and used (the part while the job was RUNNING).
+ */
+export interface IUsageSums {
+  held_gpu_seconds: number;
+  used_gpu_seconds: number;
+  /** The jobs that held a GPU in the range. */
+  jobs: number;
+}
+
+/** One row of a usage report (UsageRow). */
+export interface IUsageRow extends IUsageSums {
+  /** The user, the group (null: users in no group) or the job id. */
+  key: string | null;
+  /** The user's or group's quota; null when none applies, and for a job. */
+  quota: number | null;
+  /** A job row's owner and name. */
+  user?: string;
+  name?: string;
+}
+
+/** The answer of GET /edt/api/v1/usage. */
+export interface IUsageReport {
+  /** The range, in seconds since the epoch. */
+  since: number;
+  until: number;
+  by: UsageBy;
+  /** Most GPU-seconds held first. */
+  rows: IUsageRow[];
+  /** Every job counted once. */
+  total: IUsageSums;
+}
+
+/** The parameters of GET /usage; the server's defaults for what is absent. */
+export interface IUsageQuery {
+  /** Seconds since the epoch (default 0: all history). */
+  since?: number;
+  /** Seconds since the epoch (default now). */
+  until?: number;
+  /** Default 'user'. */
+  by?: UsageBy;
 }
 
 /** What POST /jobs takes (JobSpec in docs/openapi.yaml). */

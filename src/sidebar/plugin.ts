@@ -1,6 +1,6 @@
 /**
  * The sidebar plugin: the Elastic Training panel in the left area (the job
- * list and the devices), over the jobs of `IEdtJobs`.
+ * list, the devices and the GPU usage), over the jobs of `IEdtJobs`.
  */
 import {
   ILayoutRestorer,
@@ -61,17 +61,23 @@ export const sidebarPlugin: JupyterFrontEndPlugin<void> = {
       }
     };
 
-    // Who I am (for "My jobs"), then the saved filter.
+    // Who I am (for "My jobs" and the usage table), then the saved filter:
+    // an administrator sees everyone's jobs unless they chose otherwise.
+    let admin = false;
     const ready = edtJobs.user.then(me => {
       if (me) {
-        sidebar.user = me.name;
+        sidebar.me = me;
+        admin = me.admin;
       }
     });
     const restoreFilter = async () => {
       const saved = state ? await state.fetch(FILTER_KEY) : undefined;
       sidebar.filter = saved
         ? parseFilter(saved)
-        : { scope: settings.showAllUsers ? 'all' : 'mine', state: 'all' };
+        : {
+            scope: settings.showAllUsers || admin ? 'all' : 'mine',
+            state: 'all'
+          };
       sidebar.filterChanged.connect((_, filter) => {
         void state?.save(FILTER_KEY, filter as unknown as ReadonlyJSONObject);
       });

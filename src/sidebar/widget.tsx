@@ -5,7 +5,14 @@ import type { Message } from '@lumino/messaging';
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { fetchCluster, type ClusterInfo } from '../api';
+import {
+  fetchCluster,
+  fetchUsage,
+  type ClusterInfo,
+  type IEdtUser,
+  type IUsageQuery,
+  type IUsageReport
+} from '../api';
 import { edtIcon } from '../icons';
 import { DevicesSection } from '../cluster/devices';
 import { PanelHeader } from './components';
@@ -13,6 +20,7 @@ import { JobList } from './jobcomponents';
 import type { JobsModel } from '../jobs/model';
 import { DEFAULT_FILTER, visibleJobs, type IJobFilter } from '../jobs/state';
 import { ClusterModel } from '../cluster/model';
+import { UsageModel, UsageSection } from '../usage';
 
 /** The DOM id of the sidebar widget (also its layout-restorer key). */
 export const SIDEBAR_ID = 'jupyter-edt-sidebar';
@@ -31,14 +39,20 @@ export interface IEdtSidebarOptions {
   openJob?: (jobId: string) => void;
   /** Opens the cluster view in the main area. */
   openCluster?: () => void;
+  /** Fetches the GPU usage; the REST client by default. */
+  fetchUsage?: (query: IUsageQuery) => Promise<IUsageReport>;
+  /** Polling period of the usage in milliseconds. */
+  usageInterval?: number;
 }
 
 /**
- * The "Elastic Training" left sidebar panel: the job list and the devices.
+ * The "Elastic Training" left sidebar panel: the job list, the devices, and
+ * the GPU usage (everyone's for an administrator, the user's own and their
+ * quota for anyone else) once the user is known (`me`).
  *
- * The device list polls only while the panel is visible and the browser tab
- * shown; the job list's WebSocket is switched by the plugin, which watches
- * `visibilityChanged` (see index.ts).
+ * The device list and the usage poll only while the panel is visible and the
+ * browser tab shown; the job list's WebSocket is switched by the plugin, which
+ * watches `visibilityChanged` (see plugin.ts).
  */
 export class EdtSidebar extends ReactWidget {
   constructor(options: IEdtSidebarOptions = {}) {
@@ -57,7 +71,13 @@ export class EdtSidebar extends ReactWidget {
       interval: options.interval,
       standby: () => !this.isVisible || 'when-hidden'
     });
+    this.usage = new UsageModel({
+      fetchUsage: options.fetchUsage ?? (query => fetchUsage(query)),
+      interval: options.usageInterval,
+      standby: () => !this.isVisible || 'when-hidden'
+    });
     this.model.stateChanged.connect(this._changed, this);
+    this.usage.stateChanged.connect(this._changed, this);
     this.jobs?.changed.connect(this._changed, this);
     void this.model.start();
   }
@@ -65,8 +85,27 @@ export class EdtSidebar extends ReactWidget {
   /** The polled cluster state shown by the panel. */
   readonly model: ClusterModel;
 
+  /** The GPU usage shown once the user is known (polled from then on). */
+  readonly usage: UsageModel;
+
   /** The live job list, when the panel has one. */
   readonly jobs: JobsModel | null;
+
+  /**
+   * Who the user is to the job service (GET /user): their name for "My jobs",
+   * and whether the usage table shows everyone's usage or their own.
+   */
+  get me(): IEdtUser | null {
+    return this._me;
+  }
+  set me(value: IEdtUser | null) {
+    this._me = value;
+    this._user = value?.name ?? null;
+    if (value !== null) {
+      void this.usage.start();
+    }
+    this.update();
+  }
 
   /** The user's own name as jobs record it (for the "My jobs" filter). */
   get user(): string | null {
@@ -109,6 +148,7 @@ export class EdtSidebar extends ReactWidget {
     }
     this._clock.dispose();
     this.model.dispose();
+    this.usage.dispose();
     Signal.clearData(this);
     super.dispose();
   }
@@ -124,6 +164,9 @@ export class EdtSidebar extends ReactWidget {
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     void this.model.refresh();
+    if (this._me !== null) {
+      void this.usage.refresh();
+    }
     void this._clock.start();
     this._visibilityChanged.emit(true);
   }
@@ -143,6 +186,9 @@ export class EdtSidebar extends ReactWidget {
           onRefresh={() => {
             void this.model.refresh();
             void jobs?.refresh();
+            if (this._me !== null) {
+              void this.usage.refresh();
+            }
           }}
         />
         {jobs && (
@@ -161,6 +207,13 @@ export class EdtSidebar extends ReactWidget {
           jobName={id => jobs?.state.jobs.get(id)?.job.name ?? null}
           onOpenCluster={this._openCluster ?? undefined}
         />
+        {this._me !== null && (
+          <UsageSection
+            state={this.usage.state}
+            me={this._me}
+            onRange={range => (this.usage.range = range)}
+          />
+        )}
       </div>
     );
   }
@@ -171,6 +224,7 @@ export class EdtSidebar extends ReactWidget {
 
   private _filter: IJobFilter;
   private _user: string | null = null;
+  private _me: IEdtUser | null = null;
   private readonly _openJob: ((jobId: string) => void) | null;
   private readonly _openCluster: (() => void) | null;
   /** Elapsed times tick once a second, only while the panel is seen. */
