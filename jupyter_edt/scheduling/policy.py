@@ -383,30 +383,97 @@ def _admit(
     frozen: dict[str, int],
     ledger: _Ledger,
 ) -> tuple[list[JobDemand], int]:
-    """Admission in a level: running jobs keep their minimum (or frozen count), then the
-    `waiting` jobs, in the order given, get theirs while it fits. A waiting job over a quota
-    waits and holds back no one; one that does not fit holds back those after it. Returns the
-    admitted jobs and the devices still free."""
-    admitted = []
-    for job in level:
-        if not held[job.id]:
-            continue
-        need = frozen.get(job.id, job.min_gpus)
-        if need <= free and need <= ledger.room(job.user):
-            admitted.append(job)
-            counts[job.id] = need
-            free -= need
-            ledger.take(job.user, need)
-    for job in waiting:
+    """Admission in a level, fair between users: running jobs keep their minimum (or frozen
+    count), then the `waiting` jobs, in the order given, get theirs while it fits; but a
+    user's jobs are admitted only while their minimums stay within the user's fair share
+    (`_user_shares`), except the user's first job. A job past its user's share is
+    admitted after, only with devices no user under their share could take: so a user with
+    three running jobs gives one up (it is suspended) when a second user needs its device.
+    A waiting job over a quota waits and holds back no one; one that does not fit holds back
+    those after it. Returns the admitted jobs and the devices still free."""
+    shares = _user_shares(level, free, ledger)
+    taken: Counter[str] = Counter()
+    admitted: list[JobDemand] = []
+    deferred: list[JobDemand] = []
+
+    def need(job: JobDemand) -> int:
+        return frozen.get(job.id, job.min_gpus)
+
+    def admit(job: JobDemand) -> None:
+        nonlocal free
+        admitted.append(job)
+        counts[job.id] = need(job)
+        free -= need(job)
+        taken[job.user] += need(job)
+        ledger.take(job.user, need(job))
+
+    def within_share(job: JobDemand) -> bool:
+        """A user's first job always is: a job needing more than its user's share is not
+        overtaken for ever by smaller ones."""
+        return not taken[job.user] or taken[job.user] + need(job) <= shares[job.user] + 1e-9
+
+    running = [j for j in level if held[j.id]]
+    for job in running:
+        if need(job) <= free and need(job) <= ledger.room(job.user):
+            if within_share(job) or job.id in frozen:
+                admit(job)
+            else:
+                deferred.append(job)
+    queue = list(waiting)
+    for k, job in enumerate(queue):
         if job.min_gpus > ledger.room(job.user):
             continue
+        if not within_share(job):
+            deferred.append(job)
+            continue
         if job.min_gpus > free:
+            deferred.extend(j for j in queue[k + 1 :] if not within_share(j))
             break
-        admitted.append(job)
-        counts[job.id] = job.min_gpus
-        free -= job.min_gpus
-        ledger.take(job.user, job.min_gpus)
+        admit(job)
+    # Past their users' shares: only devices that the users under their share cannot use.
+    for job in deferred:
+        # (whole devices: a share of 1.5 reserves 1, so ties go to admission)
+        reserve = sum(
+            max(0, min(math.floor(shares[u] + 1e-9), _most(admitted, u)) - taken[u])
+            for u in shares
+            if u != job.user
+        )
+        if need(job) <= free - reserve + 1e-9 and need(job) <= ledger.room(job.user):
+            admit(job)
+        elif not held[job.id]:
+            break  # a waiting job that does not fit holds back the waiting ones after it
     return admitted, free
+
+
+def _most(jobs: Sequence[JobDemand], user: str) -> int:
+    """The most devices `user`'s jobs among `jobs` can take."""
+    return sum(j.max_gpus for j in jobs if j.user == user)
+
+
+def _user_shares(level: Sequence[JobDemand], free: int, ledger: _Ledger) -> dict[str, float]:
+    """Each user's max-min fair share of `free` devices, for their weight: water-filling up
+    to what the user's jobs can take (their maximums, within the user's quota room)."""
+    cap: dict[str, float] = defaultdict(float)
+    for job in level:
+        cap[job.user] += job.max_gpus
+    for user in cap:
+        cap[user] = min(cap[user], ledger.room(user))
+    weight = ledger.rules.weight
+    shares = {user: 0.0 for user in cap}
+    left, open_users = float(free), set(cap)
+    while left > 1e-9 and open_users:
+        total = sum(weight(u) for u in open_users)
+        step = {u: left * weight(u) / total for u in open_users}
+        full = {u for u in open_users if shares[u] + step[u] >= cap[u] - 1e-9}
+        if not full:
+            for u in open_users:
+                shares[u] += step[u]
+            break
+        for u in full:
+            left -= cap[u] - shares[u]
+            shares[u] = cap[u]
+        open_users -= full
+    return shares
 
 
 def _finish_order(job: JobDemand, held: int) -> tuple[float, float]:

@@ -8,17 +8,14 @@ directory is that account's alone, and neither can read the other's.
 
 from __future__ import annotations
 
-import contextlib
 import grp
 import json
 import os
 import pwd
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import textwrap
 import time
@@ -29,7 +26,8 @@ from typing import Any
 
 import pytest
 from jobprograms import DEADLINE_S, program
-from waiting import eventually, eventually_sync
+from unixaccounts import accounts, shared_python
+from waiting import eventually
 
 from jupyter_edt.compat.plugin import WMLAPlugin
 from jupyter_edt.jobs.logs import read_log
@@ -46,7 +44,6 @@ from jupyter_edt.launch.accounts import (
 )
 from jupyter_edt.launch.base import ProcessSpec
 from jupyter_edt.launch.local import LocalLauncher, log_paths
-from jupyter_edt.runtime.jobdir import process_start_time
 from jupyter_edt.scheduling.inventory import Device
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="only root starts processes as others")
@@ -173,48 +170,20 @@ def machine() -> Iterator[Machine]:
     if os.geteuid() != 0:
         pytest.skip("only root makes Unix accounts")
     tag = secrets.token_hex(3)
-    names = {"alice": f"edt-a{tag}", "bob": f"edt-b{tag}"}
-    group = f"edt-g{tag}"
+    alice, bob, group = f"edt-a{tag}", f"edt-b{tag}", f"edt-g{tag}"
     base = Path(tempfile.mkdtemp(prefix="edt-accounts-"))
-    made: list[str] = []
     try:
         base.chmod(0o755)
-        subprocess.run(["groupadd", group], check=True)
-        for who, name in names.items():
-            extra = ["-G", group] if who == "alice" else []
-            subprocess.run(["useradd", "-m", "-s", "/bin/sh", *extra, name], check=True)
-            made.append(name)
-        python = _shared_python(base / "venv")
-        yield Machine(
-            lookup_account(names["alice"]),
-            lookup_account(names["bob"]),
-            _gid(group),
-            python,
-            base,
-        )
+        with accounts([alice, bob], {alice: [group]}):
+            yield Machine(
+                lookup_account(alice),
+                lookup_account(bob),
+                grp.getgrnam(group).gr_gid,
+                shared_python(base / "venv"),
+                base,
+            )
     finally:
-        for name in made:
-            _end_processes_of(pwd.getpwnam(name).pw_uid)
-            subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
-        subprocess.run(["groupdel", group], check=False, capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
-
-
-def _shared_python(venv: Path) -> str:
-    """A python the test accounts can execute (this machine's default lives in root's 0700
-    home), seeing this interpreter's packages: Debian's python3, same version and ABI, in a
-    venv whose .pth adds our site-packages (their own .pth files too: the editable install)."""
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
-    purelib = sysconfig.get_paths()["purelib"]
-    probe = "import sys, sysconfig; print(sys.version_info[:2], sysconfig.get_paths()['purelib'])"
-    out = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", probe], check=True, capture_output=True, text=True
-    ).stdout
-    version, ours = out.rsplit(" ", 1)
-    assert version == str(sys.version_info[:2]), f"/usr/bin/python3 is {version}: another ABI"
-    ours = ours.strip()
-    Path(ours, "edt-main.pth").write_text(f"import site; site.addsitedir({purelib!r})\n")
-    return str(venv / "bin" / "python")
 
 
 def test_the_accounts_can_run_the_shared_python(machine: Machine):
@@ -454,28 +423,3 @@ def _private_data(account: Account) -> Path:
 
 def _tree(root: Path) -> list[Path]:
     return [Path(d, n) for d, dirs, files in os.walk(root) for n in (*dirs, *files)]
-
-
-def _gid(group: str) -> int:
-    return grp.getgrnam(group).gr_gid
-
-
-def _end_processes_of(uid: int) -> None:
-    """Kill, by pid, what is left of the processes a test account ran (only this module's
-    tests run as it): userdel refuses an account that still has processes."""
-    pids = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            uids = next(line for line in status.read_text().splitlines() if line.startswith("Uid:"))
-        except (OSError, StopIteration):
-            continue
-        if int(uids.split()[1]) == uid:
-            pids.append(int(status.parent.name))
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    eventually_sync(
-        lambda: all(process_start_time(p) is None for p in pids),
-        f"the processes of uid {uid} ended",
-        timeout=30,
-    )

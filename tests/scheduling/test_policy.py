@@ -194,6 +194,31 @@ def test_fair_share_is_max_min_fair_between_users_then_jobs(case):
                     assert nb == b.min_gpus or na == a.max_gpus
 
 
+def fair_shares(level: list[JobDemand], free: int) -> dict[str, float]:
+    """Each user's max-min fair share of `free` devices (weights 1), up to the sum of their
+    jobs' maximums: a reference for the policy's, by bisection on the water level."""
+    cap: Counter[str] = Counter()
+    for job in level:
+        cap[job.user] += job.max_gpus
+    lo, hi = 0.0, float(free) + 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(min(c, mid) for c in cap.values()) > free:
+            hi = mid
+        else:
+            lo = mid
+    return {u: min(c, lo) for u, c in cap.items()}
+
+
+def past_its_share(job: JobDemand, jobs: list[JobDemand], result: dict, free: int) -> bool:
+    """Whether `job` waits because its user, who already has a job admitted in its level,
+    would pass their fair share with it."""
+    level = [j for j in jobs if j.priority == job.priority]
+    mine = [j for j in level if j.user == job.user and result[j.id]]
+    share = fair_shares(level, free)[job.user]
+    return bool(mine) and sum(j.min_gpus for j in mine) + job.min_gpus > share + 1e-9
+
+
 @settings(max_examples=300, deadline=None)
 @given(any_clusters)
 def test_priority_serves_higher_priorities_first(case):
@@ -218,7 +243,11 @@ def test_priority_serves_higher_priorities_first(case):
                 and (j.submitted, j.id) < (high.submitted, high.id)
                 for j in jobs
             )
-            assert len(devices) - above - same < high.min_gpus or blocked
+            assert (
+                len(devices) - above - same < high.min_gpus
+                or blocked
+                or past_its_share(high, jobs, result, len(devices) - above)
+            )
 
 
 @settings(max_examples=200, deadline=None)
@@ -467,7 +496,8 @@ def test_goodput_never_grows_a_job_past_its_knee(case):
 @given(goodput_clusters())
 def test_goodput_admits_while_minimums_fit_least_work_first(case):
     """Running jobs keep at least their minimum when the levels above leave room; a waiting job
-    waits only when its minimum does not fit or a job with less remaining work waits."""
+    waits only when its minimum does not fit, a job with less remaining work waits, or its
+    user would pass their fair share with it."""
     jobs, devices = case
     result = allocate(jobs, devices, "goodput")
     for job in jobs:
@@ -480,7 +510,11 @@ def test_goodput_admits_while_minimums_fit_least_work_first(case):
             for j in jobs
             if j is not job
         )
-        assert len(devices) - above - same < job.min_gpus or ahead
+        assert (
+            len(devices) - above - same < job.min_gpus
+            or ahead
+            or past_its_share(job, jobs, result, len(devices) - above)
+        )
 
 
 def test_goodput_gives_a_spare_device_where_it_speeds_a_job_up_most():
@@ -658,3 +692,23 @@ def test_weights_split_devices_in_proportion_and_quotas_hold_jobs_back_without_b
     assert counts["a"] + counts["b"] == 3
     with pytest.raises(ValueError, match="weight of user 'ana' must be positive"):
         ShareRules(weights={"ana": 0})
+
+
+@pytest.mark.parametrize("policy", ["fair-share", "goodput"])
+def test_a_user_with_three_jobs_gives_one_up_for_a_user_with_one(policy):
+    """Fair between users, not jobs: ana's three running jobs hold all four devices when bo's
+    job arrives; she keeps two jobs (the third waits, suspended) and, under fair-share, two
+    devices, as bo does (goodput then gives the spare device where it speeds a job up most)."""
+    ana = [
+        JobDemand(f"a{i}", "ana", max_gpus=4, current=(f"n0g{i}",) + (("n0g3",) if i == 0 else ()))
+        for i in range(3)
+    ]
+    bo = JobDemand("b", "bo", max_gpus=4, submitted=1)
+    result = allocate([*ana, bo], slots(4), policy)
+    assert result["a0"] and result["a1"] and result["a2"] == []  # the latest gives way
+    if policy == "fair-share":
+        assert sum(len(result[j.id]) for j in ana) == 2 and len(result["b"]) == 2
+    # with bo wanting only one device, ana keeps her three jobs
+    small = replace(bo, max_gpus=1)
+    result = allocate([*ana, small], slots(4), policy)
+    assert all(result[j.id] for j in ana) and len(result["b"]) == 1
