@@ -8,6 +8,13 @@ resumes from its last cursor. Meanwhile it times `GET /edt/api/v1/jobs`. Prints:
 - `p95_latency_ms`: from an event's write in the job's event file to its receipt by a subscriber
 - `lost_events`: steps missing from what a subscriber saw of a job, over all subscribers
 - `api_p95_ms`: latency of GET jobs under that load
+
+With `--through-forwarder`, the jobs run in a shared `jupyter edt serve` and the Jupyter server
+forwards to it (the remote mode, as under JupyterHub): half the subscribers and half the API
+calls go through the server's forwarder, half to the service directly, at the same time, so
+`hop_p95_latency_ms` and `hop_api_p95_ms` are what the forwarding hop adds under one load. The
+figures without a prefix are the forwarded ones (what a user's browser sees); `direct_*` the
+service's own.
 """
 
 from __future__ import annotations
@@ -40,14 +47,99 @@ def p95(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[94] if len(values) >= 2 else (values or [0.0])[0]
 
 
-class Server:
-    """A Jupyter server in its own process and directories, with the synthetic driver."""
+class Endpoint:
+    """Where the API is served (`url`, ending before ``edt/api/``) and how to call it."""
+
+    url: str
+    token: str
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"token {self.token}"}
+
+    @property
+    def ws(self) -> str:
+        return "ws" + self.url[4:]
+
+
+BENCH_USER = "bench"
+
+
+class Service(Endpoint):
+    """A shared `jupyter edt serve` with the synthetic driver, its user's token in a file."""
 
     def __init__(self, root: Path, jobs: int) -> None:
         self.port = free_port()
         self.token = secrets.token_hex(16)
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = {
+        self.url = f"http://127.0.0.1:{self.port}/"
+        root.mkdir()
+        tokens = root / "tokens.json"
+        tokens.write_text(json.dumps({BENCH_USER: {"tokens": [self.token]}}))
+        tokens.chmod(0o600)
+        settings = {
+            "EDTService.ip": "127.0.0.1",
+            "EDTService.port": self.port,
+            "EDTService.devices": "virtual",
+            "EDTService.virtual_gpus": jobs,
+            "EDTService.database_url": f"sqlite:///{root / 'edt.sqlite'}",
+            "EDTService.jobs_dir": str(root / "jobs"),
+            "EDTService.driver_module": "jupyter_edt.bench.emitter",
+            "EDTService.authenticator_class": "jupyter_edt.serve.auth.TokenFileAuthenticator",
+            "EDTService.run_as_users": False,
+            "EDTService.allow_shared_account": True,
+            "TokenFileAuthenticator.tokens_file": str(tokens),
+        }
+        config = root / "edt_config.py"
+        config.write_text("".join(f"c.{k} = {v!r}\n" for k, v in settings.items()))
+        self.log = (root / "service.log").open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_edt.cli", "serve", f"--config={config}"],
+            stdout=self.log,
+            stderr=self.log,
+        )
+
+    async def ready(self, client: AsyncHTTPClient, timeout: float = 60.0) -> None:
+        await _ready(client, f"{self.url}edt/api/health", {}, self.proc, timeout)
+
+    def stop(self) -> None:
+        _stop(self.proc)
+        self.log.close()
+
+
+async def _ready(
+    client: AsyncHTTPClient,
+    url: str,
+    headers: dict[str, str],
+    proc: subprocess.Popen[bytes],
+    timeout: float,
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await client.fetch(url, headers=headers)
+            return
+        except Exception:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not answer") from None
+            await asyncio.sleep(0.2)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+class Server(Endpoint):
+    """A Jupyter server in its own process and directories, with the synthetic driver, or
+    forwarding to `service` (the remote mode)."""
+
+    def __init__(self, root: Path, jobs: int, service: Service | None = None) -> None:
+        self.port = free_port()
+        self.token = secrets.token_hex(16)
+        self.url = f"http://127.0.0.1:{self.port}/"
+        config: dict[str, Any] = {
             "ServerApp": {
                 "jpserver_extensions": {"jupyter_edt": True},
                 "allow_root": True,
@@ -65,6 +157,12 @@ class Server:
                 "driver_module": "jupyter_edt.bench.emitter",
             },
         }
+        if service is not None:
+            config["EDTApp"] = {
+                "service_url": service.url,
+                "service_token": service.token,
+                "owner": BENCH_USER,
+            }
         (root / "config").mkdir()
         (root / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
         env = {
@@ -78,33 +176,18 @@ class Server:
             [sys.executable, "-m", "jupyter_server"], env=env, stdout=self.log, stderr=self.log
         )
 
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"token {self.token}"}
-
     async def ready(self, client: AsyncHTTPClient, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                await client.fetch(f"{self.url}/api/status", headers=self.headers())
-                return
-            except Exception:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the Jupyter server did not start") from None
-                await asyncio.sleep(0.2)
+        await _ready(client, f"{self.url}api/status", self.headers(), self.proc, timeout)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        _stop(self.proc)
         self.log.close()
 
 
 class Subscriber:
     """One WebSocket client: records latency and the steps it saw of each job."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Endpoint) -> None:
         self.server = server
         self.cursor = 0
         self.latencies: list[float] = []
@@ -114,7 +197,7 @@ class Subscriber:
     async def run(self, until: asyncio.Event, reconnect_at: float) -> None:
         reconnected = False
         while not until.is_set():
-            url = f"ws://127.0.0.1:{self.server.port}/edt/api/v1/events?after={self.cursor}"
+            url = f"{self.server.ws}edt/api/v1/events?after={self.cursor}"
             ws = await websocket_connect(HTTPRequest(url, headers=self.server.headers()))
             try:
                 while not until.is_set():
@@ -149,11 +232,16 @@ class Subscriber:
         return missing
 
 
-async def measure(args: argparse.Namespace, server: Server) -> dict[str, Any]:
+async def measure(
+    args: argparse.Namespace, server: Server, service: Service | None = None
+) -> dict[str, Any]:
+    """The load on `server`; with `service`, half of it through the server, half direct."""
     client = AsyncHTTPClient(max_clients=20)
     await server.ready(client)
-    api = f"{server.url}/edt/api/v1"
-    subscribers = [Subscriber(server) for _ in range(args.subscribers)]
+    routes: list[Endpoint] = [server] if service is None else [server, service]
+    if service is not None:
+        await service.ready(client)
+    subscribers = [Subscriber(routes[i % len(routes)]) for i in range(args.subscribers)]
     done = asyncio.Event()
     start = time.monotonic()
     tasks = [
@@ -161,7 +249,6 @@ async def measure(args: argparse.Namespace, server: Server) -> dict[str, Any]:
         for i, s in enumerate(subscribers)
     ]
     per_job = args.rate / args.jobs
-    ids = []
     for k in range(args.jobs):
         body = {
             "name": f"emitter-{k}",
@@ -169,18 +256,23 @@ async def measure(args: argparse.Namespace, server: Server) -> dict[str, Any]:
             "max_gpus": 1,
             "env": {"EDT_EMIT_RATE": str(per_job), "EDT_EMIT_SECONDS": str(args.seconds)},
         }
-        response = await client.fetch(
-            f"{api}/jobs", method="POST", body=json.dumps(body), headers=server.headers()
+        await client.fetch(
+            f"{server.url}edt/api/v1/jobs",
+            method="POST",
+            body=json.dumps(body),
+            headers=server.headers(),
         )
-        ids.append(json.loads(response.body)["id"])
     expected = int(per_job * args.seconds)
 
-    api_latencies: list[float] = []
+    api_latencies: dict[int, list[float]] = {id(r): [] for r in routes}
     deadline = time.monotonic() + args.seconds + 120
+    n = 0
     while time.monotonic() < deadline:
+        route = routes[n % len(routes)]
+        n += 1
         t0 = time.monotonic()
-        response = await client.fetch(f"{api}/jobs", headers=server.headers())
-        api_latencies.append((time.monotonic() - t0) * 1000)
+        response = await client.fetch(f"{route.url}edt/api/v1/jobs", headers=route.headers())
+        api_latencies[id(route)].append((time.monotonic() - t0) * 1000)
         jobs = json.loads(response.body)["jobs"]
         finished = all(j["state"] == "SUCCEEDED" for j in jobs)
         seen_all = all(
@@ -192,20 +284,33 @@ async def measure(args: argparse.Namespace, server: Server) -> dict[str, Any]:
         await asyncio.sleep(0.1)
     done.set()
     await asyncio.gather(*tasks)
-    latencies = [x for s in subscribers for x in s.latencies]
-    return {
+
+    def figures(route: Endpoint) -> dict[str, Any]:
+        mine = [s for s in subscribers if s.server is route]
+        latencies = [x for s in mine for x in s.latencies]
+        return {
+            "events_received": len(latencies),
+            "reconnects": sum(s.reconnects for s in mine),
+            "p50_latency_ms": round(statistics.median(latencies), 1) if latencies else None,
+            "p95_latency_ms": round(p95(latencies), 1),
+            "lost_events": sum(s.lost(expected) for s in mine),
+            "api_p95_ms": round(p95(api_latencies[id(route)]), 1),
+            "api_requests": len(api_latencies[id(route)]),
+        }
+
+    result = {
         "jobs": args.jobs,
         "events_per_s": args.rate,
         "subscribers": args.subscribers,
         "seconds": args.seconds,
-        "events_received": len(latencies),
-        "reconnects": sum(s.reconnects for s in subscribers),
-        "p50_latency_ms": round(statistics.median(latencies), 1) if latencies else None,
-        "p95_latency_ms": round(p95(latencies), 1),
-        "lost_events": sum(s.lost(expected) for s in subscribers),
-        "api_p95_ms": round(p95(api_latencies), 1),
-        "api_requests": len(api_latencies),
+        **figures(server),
     }
+    if service is not None:
+        direct = figures(service)
+        result |= {f"direct_{k}": v for k, v in direct.items()}
+        result["hop_p95_latency_ms"] = round(result["p95_latency_ms"] - direct["p95_latency_ms"], 1)
+        result["hop_api_p95_ms"] = round(result["api_p95_ms"] - direct["api_p95_ms"], 1)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,13 +320,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subscribers", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=20.0, help="how long jobs emit")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--through-forwarder",
+        action="store_true",
+        help="jobs in a shared `jupyter edt serve`, the Jupyter server forwarding to it",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edt-bench-events-") as tmp:
-        server = Server(Path(tmp), args.jobs)
+        service = Service(Path(tmp) / "service", args.jobs) if args.through_forwarder else None
+        server = Server(Path(tmp), args.jobs, service)
         try:
-            result = asyncio.run(measure(args, server))
+            result = asyncio.run(measure(args, server, service))
         finally:
             server.stop()
+            if service is not None:
+                service.stop()
     if args.json:
         print(json.dumps(result))
     else:
