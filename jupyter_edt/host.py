@@ -132,13 +132,6 @@ class JobHost(LoggingConfigurable):
         benchmark uses a synthetic one).""",
     )
 
-    load_magics = Bool(
-        True,
-        config=True,
-        help="""Load the jupyter-edt magics (%%edt_submit, ...) in the IPython kernels this
-        server starts, so that notebooks need no `%load_ext jupyter_edt`.""",
-    )
-
     admin_users = List(
         Unicode(),
         config=True,

@@ -8,13 +8,18 @@ workers (test_job_lifecycle, test_recovery, test_driver_lost, ...) stay beside t
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from jupyter_edt.jobs.models import Job
 from jupyter_edt.jobs.protocols import RunnerReports
+from jupyter_edt.jobs.service import JobService
+from jupyter_edt.jobs.store import JobStore
 from jupyter_edt.runtime.jobdir import JobDir, checkpoint_name
-from jupyter_edt.scheduling.inventory import Device
+from jupyter_edt.scheduling.inventory import Device, VirtualInventory
+from jupyter_edt.scheduling.monitor import InventoryMonitor
 
 
 class FakeRunner:
@@ -110,3 +115,16 @@ class FakeRunner:
     def _reports(self) -> RunnerReports:
         assert self.reports is not None, "the service calls report_to() when it is made"
         return self.reports
+
+
+def fake_service(tmp_path: Path, runner: FakeRunner | None = None, **options: Any) -> JobService:
+    """A real service (store in `tmp_path`, real policies) on 4 virtual GPUs over the fake
+    runner, rescaling at any moment; `options` go to JobService."""
+    monitor = InventoryMonitor(VirtualInventory(4))
+    monitor.record(monitor.inventory.read(), time.time())
+    return JobService(
+        JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}"),
+        monitor,
+        runner or FakeRunner(tmp_path / "jobs"),
+        **{"min_rescale_interval": 0.0, **options},
+    )

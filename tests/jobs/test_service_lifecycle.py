@@ -4,32 +4,19 @@ tested end to end in test_job_lifecycle, test_recovery, test_driver_lost and tes
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from fakes import FakeRunner
+from fakes import FakeRunner, fake_service
 from waiting import eventually
 
 from jupyter_edt.jobs.models import JobSpec, JobState
 from jupyter_edt.jobs.service import JobService, NotAllowed
-from jupyter_edt.jobs.store import JobStore
-from jupyter_edt.scheduling.inventory import VirtualInventory
-from jupyter_edt.scheduling.monitor import InventoryMonitor
 
 pytestmark = pytest.mark.asyncio
 
 
 def make_service(tmp_path, runner: FakeRunner | None = None, **options) -> JobService:
     """A service on 4 virtual GPUs over the fake runner; `options` go to JobService."""
-    monitor = InventoryMonitor(VirtualInventory(4))
-    monitor.record(monitor.inventory.read(), time.time())
-    return JobService(
-        JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}"),
-        monitor,
-        runner or FakeRunner(tmp_path / "jobs"),
-        min_rescale_interval=0.0,
-        **options,
-    )
+    return fake_service(tmp_path, runner, **options)
 
 
 def runner_of(service: JobService) -> FakeRunner:
@@ -162,34 +149,54 @@ async def test_only_the_owner_or_an_admin_sees_a_job(tmp_path):
         service.list("bo", owner="ana")
 
 
-async def test_fair_share_is_between_users_and_quotas_hold_jobs_back_with_a_reason(tmp_path):
+async def test_a_user_with_three_jobs_gives_one_up_when_another_user_comes(tmp_path):
+    service = make_service(tmp_path)
+    runner = runner_of(service)
+    ana = [await service.submit("ana", spec()) for _ in range(3)]
+    for job in ana:
+        await runner.started(job.id)
+        await runner.goes_elastic(job.id)
+    assert sum(len(runner.running[j.id]) for j in ana) == 4
+    bo = await service.submit("bo", spec())
+    # ana's latest job checkpoints and leaves; bo starts once its GPU is free
+    await eventually(lambda: runner.suspending(ana[2].id), "ana's latest job checkpointing")
+    assert bo.id not in runner.running
+    runner.end_suspension(ana[2].id)
+    await eventually(lambda: bo.id in runner.running, "bo's job starting")
+    await runner.started(bo.id)
+    await runner.goes_elastic(bo.id)
+    await service.reschedule()
+    assert sum(len(runner.running.get(j.id, ())) for j in ana) == 2
+    assert len(runner.running[bo.id]) == 2
+    assert service.get("ana", ana[2].id).state == JobState.QUEUED
+
+
+async def test_quotas_hold_jobs_back_with_a_reason_until_they_no_longer_do(tmp_path):
     from jupyter_edt.jobs.users import Identity
     from jupyter_edt.scheduling.policy import ShareRules
 
-    rules = ShareRules(user_quotas={"bo": 1}, group_quotas={"ml": 3})
+    rules = ShareRules(user_quotas={"bo": 1}, group_quotas={"ml": 2})
     service = make_service(tmp_path, rules=rules)
     runner = runner_of(service)
     service.users.note(Identity("ana", groups=("ml",)))
     service.users.note(Identity("cy", groups=("ml",)))
-    ana = [await service.submit("ana", spec()) for _ in range(3)]
-    for job in ana:
-        if job.id in runner.running:
-            await runner.started(job.id)
-            await runner.goes_elastic(job.id)
-    # ana is alone but her group may hold 3 of the 4 GPUs
-    assert sum(len(runner.running.get(j.id, ())) for j in ana) == 3
+    ana = await service.submit("ana", spec(min_gpus=2, max_gpus=2))
     bo = await service.submit("bo", spec())
-    assert len(runner.running[bo.id]) == 1  # bo's own quota
+    assert len(runner.running[ana.id]) == 2 and len(runner.running[bo.id]) == 1  # bo's quota
     bo2 = await service.submit("bo", spec())
     waiting = service.get("bo", bo2.id)
     assert waiting.state == JobState.QUEUED
     assert waiting.reason == "quota: bo holds 1 of their 1 GPU(s), and this job needs 1"
     cy = await service.submit("cy", spec())
-    assert service.get("cy", cy.id).reason.startswith("quota: group ml holds 3 of its 3 GPU(s)")
-    # the reason goes once the quota no longer holds the job back
+    assert service.get("cy", cy.id).reason == (
+        "quota: group ml holds 2 of its 2 GPU(s), and this job needs 1"
+    )
+    # a reason goes once its quota no longer holds the job back
     await runner.exits(bo.id)
     assert runner.running[bo2.id]
-    assert service.get("bo", bo2.id).reason != waiting.reason
+    assert not service.get("bo", bo2.id).reason.startswith("quota")
+    await runner.exits(ana.id)
+    assert runner.running[cy.id]
     # the groups heard from identities are kept across a restart
     service.store.close()
     again = make_service(tmp_path)

@@ -4,10 +4,8 @@ a clock the test sets), and across a reopening of the store."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from fakes import FakeRunner
+from fakes import FakeRunner, fake_service
 
 from jupyter_edt.jobs.models import JobSpec, JobState
 from jupyter_edt.jobs.service import JobService
@@ -22,8 +20,6 @@ from jupyter_edt.jobs.usage import (
     total,
 )
 from jupyter_edt.jobs.users import Identity
-from jupyter_edt.scheduling.inventory import VirtualInventory
-from jupyter_edt.scheduling.monitor import InventoryMonitor
 from jupyter_edt.scheduling.policy import ShareRules
 
 
@@ -164,13 +160,9 @@ class Clock:
 
 def make_service(tmp_path, clock: Clock, runner: FakeRunner | None = None) -> JobService:
     """A service on 4 virtual GPUs over the fake runner, whose time is `clock`'s."""
-    monitor = InventoryMonitor(VirtualInventory(4))
-    monitor.record(monitor.inventory.read(), time.time())
-    return JobService(
-        JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}"),
-        monitor,
-        runner or FakeRunner(tmp_path / "jobs"),
-        min_rescale_interval=0.0,
+    return fake_service(
+        tmp_path,
+        runner,
         admin_users=["root"],
         rules=ShareRules(user_quotas={"ana": 4}, group_quotas={"ml": 4}),
         clock=clock,
