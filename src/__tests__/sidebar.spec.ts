@@ -10,6 +10,8 @@ import {
 import { JobsModel, type IJobFilter } from '../jobs';
 import { EdtSidebar } from '../sidebar';
 
+import { waitFor } from './fixtures/wait';
+
 function job(id: string, change: Partial<IJobInfo> = {}): IJobInfo {
   return {
     id,
@@ -57,17 +59,6 @@ const CLUSTER: ClusterInfo = {
     job_id: index === 0 ? 'a1b2c3d4e5f6' : null
   }))
 };
-
-/** Wait until `condition` holds, or fail after `timeout` ms. */
-async function waitFor(condition: () => boolean, timeout = 3000) {
-  const start = Date.now();
-  while (!condition()) {
-    if (Date.now() - start > timeout) {
-      throw new Error('condition not met in time');
-    }
-    await new Promise(resolve => setTimeout(resolve, 10));
-  }
-}
 
 describe('ClusterModel', () => {
   it('keeps the devices and reports a later failure', async () => {

@@ -17,6 +17,8 @@ import {
   usedShare
 } from '../usage';
 
+import { waitFor } from './fixtures/wait';
+
 const REPORT: IUsageReport = {
   since: 0,
   until: 100_000,
@@ -47,17 +49,6 @@ const ALICE: IEdtUser = {
   groups: ['vision'],
   quota: { gpus: 2, user: 3, groups: { vision: 2 } }
 };
-
-/** Wait until `condition` holds, or fail after `timeout` ms. */
-async function waitFor(condition: () => boolean, timeout = 3000) {
-  const start = Date.now();
-  while (!condition()) {
-    if (Date.now() - start > timeout) {
-      throw new Error('condition not met in time');
-    }
-    await new Promise(resolve => setTimeout(resolve, 10));
-  }
-}
 
 describe('usage formatting', () => {
   it('shows GPU-seconds as GPU-hours, fewer decimals as they grow', () => {

@@ -3,11 +3,10 @@
  * the last week, or all history), polled by a Lumino `Poll` while the panel is
  * seen.
  */
-import { Poll } from '@lumino/polling';
-import { ISignal, Signal } from '@lumino/signaling';
-import type { IDisposable } from '@lumino/disposable';
+import type { Poll } from '@lumino/polling';
 
 import { reasonMessage, type IUsageQuery, type IUsageReport } from '../api';
+import { PolledModel } from '../polledModel';
 
 /** The ranges the usage table offers. */
 export type UsageRange = '24h' | '7d' | 'all';
@@ -59,105 +58,56 @@ export interface IUsageModelOptions {
 export const DEFAULT_USAGE_INTERVAL = 60_000;
 
 /** Polls the usage endpoint over the chosen range, by user. */
-export class UsageModel implements IDisposable {
+export class UsageModel extends PolledModel<IUsageState> {
   constructor(options: IUsageModelOptions) {
+    const interval = options.interval ?? DEFAULT_USAGE_INTERVAL;
+    super(
+      {
+        report: null,
+        range: options.range ?? '24h',
+        error: null,
+        loading: true
+      },
+      {
+        frequency: { interval, backoff: true, max: 10 * interval },
+        name: 'jupyter-edt:usage',
+        standby: options.standby ?? 'when-hidden'
+      }
+    );
     this._fetchUsage = options.fetchUsage;
     this._now = options.now ?? (() => Date.now() / 1000);
-    this._state = {
-      report: null,
-      range: options.range ?? '24h',
-      error: null,
-      loading: true
-    };
-    const interval = options.interval ?? DEFAULT_USAGE_INTERVAL;
-    this._poll = new Poll({
-      auto: false,
-      factory: () => this._update(),
-      frequency: { interval, backoff: true, max: 10 * interval },
-      name: 'jupyter-edt:usage',
-      standby: options.standby ?? 'when-hidden'
-    });
-  }
-
-  get state(): IUsageState {
-    return this._state;
-  }
-
-  /** Emitted with the new state whenever it changes. */
-  get stateChanged(): ISignal<this, IUsageState> {
-    return this._stateChanged;
   }
 
   /** The range shown; setting it fetches that range at once. */
   get range(): UsageRange {
-    return this._state.range;
+    return this.state.range;
   }
   set range(value: UsageRange) {
-    if (value === this._state.range) {
+    if (value === this.state.range) {
       return;
     }
-    this._setState({ ...this._state, range: value });
+    this._setState({ ...this.state, range: value });
     void this.refresh();
   }
 
-  get isDisposed(): boolean {
-    return this._poll.isDisposed;
-  }
-
-  /** Start polling (a no-op when already started). */
-  start(): Promise<void> {
-    return this._poll.start();
-  }
-
-  /** Fetch now, out of turn, and resolve once that fetch has finished. */
-  async refresh(): Promise<void> {
-    if (this.isDisposed) {
-      return;
-    }
-    try {
-      await this._poll.refresh();
-      await this._poll.tick;
-    } catch (reason) {
-      if (!this.isDisposed) {
-        throw reason; // a dispose meanwhile ends the wait, not an error
-      }
-    }
-  }
-
-  dispose(): void {
-    if (this.isDisposed) {
-      return;
-    }
-    this._poll.dispose();
-    Signal.clearData(this);
-  }
-
-  private async _update(): Promise<void> {
-    const range = this._state.range;
+  protected async _update(): Promise<void> {
+    const range = this.state.range;
     try {
       const report = await this._fetchUsage({
         ...rangeQuery(range, this._now()),
         by: 'user'
       });
-      if (range === this._state.range) {
+      if (range === this.state.range) {
         this._setState({ report, range, error: null, loading: false });
       }
     } catch (reason) {
       const error = `Could not read the usage: ${reasonMessage(reason)}`;
-      this._setState({ ...this._state, error, loading: false });
+      this._setState({ ...this.state, error, loading: false });
       // Rethrow so that the poll backs off while the server keeps failing.
       throw reason;
     }
   }
 
-  private _setState(state: IUsageState): void {
-    this._state = state;
-    this._stateChanged.emit(state);
-  }
-
   private readonly _fetchUsage: (query: IUsageQuery) => Promise<IUsageReport>;
   private readonly _now: () => number;
-  private readonly _poll: Poll;
-  private _state: IUsageState;
-  private readonly _stateChanged = new Signal<this, IUsageState>(this);
 }
