@@ -67,6 +67,16 @@ const basePath = (process.env.EDT_UI_BASE_URL ?? '/jupyter-edt-ui/').replace(
 );
 const baseUrlPort = Number(process.env.EDT_UI_BASE_URL_PORT || port + 1);
 
+const quote = s => `'${String(s).replace(/'/g, `'\\''`)}'`;
+
+// A third: a real JupyterHub whose users' servers forward to `jupyter edt serve`
+// (hub_server.py), for hub.spec.ts only; EDT_UI_HUB_PORT=0 skips it.
+const hubPort = Number(process.env.EDT_UI_HUB_PORT ?? port + 2);
+const python =
+  process.env.EDT_PYTHON ||
+  findExecutable([path.resolve(__dirname, '..', '.venv', 'bin', 'python')]) ||
+  'python3';
+
 const artifactsDir = path.join(__dirname, 'artifacts');
 fs.mkdirSync(artifactsDir, { recursive: true });
 
@@ -80,6 +90,19 @@ const servers = [
           basePath,
           log: 'jupyter-server-base-url.log',
           testMatch: /(sidebar|jobs)\.spec\.ts$/
+        }
+      ]
+    : []),
+  ...(hubPort
+    ? [
+        {
+          project: 'lab-hub',
+          port: hubPort,
+          basePath: 'user/alice-ui',
+          log: 'jupyterhub.log',
+          testMatch: /hub\.spec\.ts$/,
+          command: `${quote(python)} hub_server.py`,
+          url: `http://127.0.0.1:${hubPort}/hub/login`
         }
       ]
     : [])
@@ -103,8 +126,6 @@ const jupyterEnv = {
   JUPYTER_RUNTIME_DIR: path.join(jupyterHome, 'runtime'),
   JUPYTER_PLATFORM_DIRS: '1'
 };
-
-const quote = s => `'${String(s).replace(/'/g, `'\\''`)}'`;
 
 module.exports = {
   ...baseConfig,
@@ -148,7 +169,9 @@ module.exports = {
   },
   projects: servers.map(server => ({
     name: server.project,
-    ...(server.testMatch ? { testMatch: server.testMatch } : {}),
+    ...(server.testMatch
+      ? { testMatch: server.testMatch }
+      : { testIgnore: /hub\.spec\.ts$/ }),
     use: { baseURL: server.baseURL }
   })),
   // Each server's log goes to artifacts/<log> (server-log-reporter.js prints
@@ -156,9 +179,10 @@ module.exports = {
   webServer: servers.map(server => ({
     name: server.project,
     command:
-      `${quote(jupyter)} lab --config jupyter_server_test_config.py` +
-      ` --ServerApp.port=${server.port}` +
-      ` --ServerApp.base_url=${quote(server.baseUrlPath)}` +
+      (server.command ??
+        `${quote(jupyter)} lab --config jupyter_server_test_config.py` +
+          ` --ServerApp.port=${server.port}` +
+          ` --ServerApp.base_url=${quote(server.baseUrlPath)}`) +
       ` > ${quote(server.logPath)} 2>&1`,
     cwd: __dirname,
     env: {
@@ -167,8 +191,8 @@ module.exports = {
       EDT_UI_PORT: String(server.port),
       EDT_UI_BASE_URL: server.baseUrlPath
     },
-    url: `${server.baseURL}/lab`,
-    timeout: 120 * 1000,
+    url: server.url ?? `${server.baseURL}/lab`,
+    timeout: 180 * 1000,
     reuseExistingServer: process.env.EDT_UI_REUSE_SERVER === '1',
     gracefulShutdown: { signal: 'SIGTERM', timeout: 10 * 1000 }
   }))

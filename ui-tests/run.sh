@@ -9,8 +9,9 @@
 #     when none is found.  Playwright's own browser downloads are never used.
 #   - npm packages: `PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci` when node_modules
 #     does not match package-lock.json.
-#   - free ports for the two test servers (root URL, non-root base URL):
-#     $EDT_UI_PORT / $EDT_UI_BASE_URL_PORT, else the first free ones from 18888 up.
+#   - free ports for the three test servers (root URL, non-root base URL, JupyterHub):
+#     $EDT_UI_PORT / $EDT_UI_BASE_URL_PORT / $EDT_UI_HUB_PORT, else the first free ones
+#     from 18888 up.
 # Then `npx playwright test "$@"`; the exit status is Playwright's.
 #
 # Expects the project's virtual environment (../.venv, or $EDT_JUPYTER) with
@@ -105,9 +106,10 @@ else:
 }
 EDT_UI_PORT="${EDT_UI_PORT:-$(free_port "${EDT_UI_BASE_URL_PORT:-}")}"
 EDT_UI_BASE_URL_PORT="${EDT_UI_BASE_URL_PORT:-$(free_port "$EDT_UI_PORT")}"
-export EDT_UI_PORT EDT_UI_BASE_URL_PORT
+EDT_UI_HUB_PORT="${EDT_UI_HUB_PORT:-$(free_port "$EDT_UI_PORT" "$EDT_UI_BASE_URL_PORT")}"
+export EDT_UI_PORT EDT_UI_BASE_URL_PORT EDT_UI_HUB_PORT
 
 log "chromium: $CHROMIUM_PATH ($("$CHROMIUM_PATH" --version 2>/dev/null | head -n1))"
-log "jupyter: $EDT_JUPYTER; test servers on 127.0.0.1:$EDT_UI_PORT (/) and 127.0.0.1:$EDT_UI_BASE_URL_PORT (${EDT_UI_BASE_URL-/jupyter-edt-ui/})"
+log "jupyter: $EDT_JUPYTER; test servers on 127.0.0.1:$EDT_UI_PORT (/), 127.0.0.1:$EDT_UI_BASE_URL_PORT (${EDT_UI_BASE_URL-/jupyter-edt-ui/}) and a Hub on 127.0.0.1:$EDT_UI_HUB_PORT"
 
 exec npx --no-install playwright test "$@"

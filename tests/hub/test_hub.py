@@ -1,0 +1,235 @@
+"""The shared mode under a real JupyterHub: two users' servers forward to one `jupyter edt
+serve` on 4 virtual GPUs, identified by their Hub tokens.
+
+One Hub for the module (it takes ~10 s to start); the tests run in order on it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from edtservice import call
+from hubdeploy import Hub, have_proxy
+from jobprograms import DEADLINE_S, elastic, program
+from tornado import httpclient, websocket
+from unixaccounts import accounts, process_ids, shared_python
+from waiting import eventually, eventually_sync
+
+from jupyter_edt.launch.accounts import lookup_account
+from jupyter_edt.notebook import EDTClient
+
+pytestmark = pytest.mark.skipif(not have_proxy(), reason="configurable-http-proxy is not installed")
+
+SUFFIX = secrets.token_hex(2)
+ALICE, BOB, CAROL = f"alice{SUFFIX}", f"bob{SUFFIX}", f"carol{SUFFIX}"
+LONG = program(400, samples=32, delay=0.02)  # runs until cancelled
+
+
+AS_ROOT = os.geteuid() == 0
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    """The Hub, its service and alice's and bob's servers. As root (CI), alice and bob are
+    Unix accounts the test makes, and the service runs each job as its user's."""
+    settings = {
+        "virtual_gpus": 4,
+        "min_rescale_interval": 0.0,
+        "refresh_interval": 0.5,
+        "user_quotas": {BOB: 2},
+    }
+    with contextlib.ExitStack() as stack:
+        if AS_ROOT:
+            base = Path(tempfile.mkdtemp(prefix="edt-hub-"))  # pytest's tmp is root's alone
+            stack.callback(shutil.rmtree, base, True)
+            base.chmod(0o755)
+            stack.enter_context(accounts([ALICE, BOB]))
+            settings["job_python"] = shared_python(base / "venv")
+            settings["jobs_dir"] = str(base / "jobs")
+        else:
+            settings |= {"run_as_users": False, "allow_shared_account": True}
+        hub = Hub(
+            tmp_path_factory.mktemp("hub"),
+            [ALICE, BOB, CAROL],
+            admins_group=[CAROL],
+            service_settings=settings,
+        )
+        stack.callback(hub.stop)
+        hub.start()
+        hub.servers = {user: hub.start_server(user) for user in (ALICE, BOB)}
+        hub.tokens = {user: hub.token(user) for user in (ALICE, BOB, CAROL)}
+        yield hub
+
+
+def client(hub: Hub, user: str) -> EDTClient:
+    """The notebook client of `user`, through their own Jupyter server."""
+    return EDTClient(hub.servers[user], hub.tokens[user])
+
+
+def service_client(hub: Hub, user: str) -> EDTClient:
+    """The client talking to the service itself through the Hub's proxy (EDT_URL)."""
+    return EDTClient(f"{hub.url}services/edt/", hub.tokens[user])
+
+
+def held(hub: Hub) -> dict[str, int]:
+    """GPUs held per user, as an administrator sees them."""
+    jobs = service_client(hub, CAROL).list()
+    out: dict[str, int] = {}
+    for job in jobs:
+        if not job.done:
+            out[job.user] = out.get(job.user, 0) + len(job.devices)
+    return out
+
+
+def test_users_share_the_gpus_fairly_through_their_own_servers(hub):
+    alice, bob = client(hub, ALICE), client(hub, BOB)
+    me = alice.request("GET", "user")
+    assert (me["name"], me["admin"]) == (ALICE, False)
+    mine = [alice.submit(LONG, name=f"a{i}", max_gpus=4) for i in range(3)]
+    eventually_sync(
+        lambda: sum(elastic(j.refresh().data) for j in mine) >= 1, "alice's jobs running"
+    )
+    theirs = bob.submit(LONG, name="b", max_gpus=4)
+    second = None
+    try:
+        eventually_sync(
+            lambda: held(hub),
+            "alice and bob holding 2 GPUs each",
+            until=lambda h: h.get(ALICE) == 2 and h.get(BOB) == 2,
+        )
+        # bob's quota is 2: a second job of his that needs 2 more waits, saying why
+        second = bob.submit(LONG, name="b2", min_gpus=2, max_gpus=2)
+        eventually_sync(
+            lambda: second.refresh().reason,
+            "the quota reason",
+            until=lambda r: r.startswith("quota"),
+        )
+        assert second.state == "QUEUED"
+        assert second.reason == f"quota: {BOB} holds 2 of their 2 GPU(s), and this job needs 2"
+    finally:
+        for job in [*mine, theirs, second]:
+            if job is not None:
+                job.cancel()
+
+
+def test_a_user_reaches_only_their_own_jobs(hub):
+    alice = client(hub, ALICE)
+    job = alice.submit(program(1, samples=16), name="private", max_gpus=1)
+    bob_server, bob_token = hub.servers[BOB], hub.tokens[BOB]
+    for method, path in [
+        ("GET", f"jobs/{job.id}"),
+        ("DELETE", f"jobs/{job.id}"),
+        ("GET", f"jobs/{job.id}/result.zip"),
+        ("GET", f"jobs/{job.id}/logs"),
+    ]:
+        status, body, _ = call(bob_server, method, f"edt/api/v1/{path}", bob_token)
+        assert status == 404, (method, path, body)
+    # nor through alice's server with his own token: a visitor is not forwarded as her
+    status, body, _ = call(hub.servers[ALICE], "GET", f"edt/api/v1/jobs/{job.id}", bob_token)
+    assert status in (403, 404), body
+    # an administrator (the edt-admins group) sees it, talking to the service directly
+    assert service_client(hub, CAROL).get(job.id).user == ALICE
+    assert service_client(hub, CAROL).request("GET", "user")["admin"] is True
+    done = job.wait(timeout=DEADLINE_S, progress=False)
+    assert done.state == "SUCCEEDED", done.reason
+
+
+def test_a_token_without_the_access_scope_is_refused(hub):
+    url = f"{hub.url}services/edt/"
+    narrow = hub.token(BOB, scopes=[f"read:users:name!user={BOB}"])
+    status, body, _ = call(url, "GET", "edt/api/v1/jobs", narrow)
+    assert status == 403 and "access:services!service=edt" in body["message"]
+    assert call(url, "GET", "edt/api/v1/jobs", None)[0] == 401
+    assert call(url, "GET", "edt/api/v1/jobs", "0" * 32)[0] == 403
+
+
+async def first_step_event(server: str, token: str, job_id: str, after: int) -> dict:
+    """The job's first metrics on the events WebSocket of `server`, after `after`."""
+    url = f"ws{server[4:]}edt/api/v1/events?after={after}&job_id={job_id}"
+    request = httpclient.HTTPRequest(url, headers={"Authorization": f"token {token}"})
+    ws = await websocket.websocket_connect(request)
+    try:
+        async with asyncio.timeout(DEADLINE_S):
+            while True:
+                message = await ws.read_message()
+                assert message is not None, "the events socket closed"
+                event = json.loads(message)
+                if event.get("kind") == "metrics":
+                    return event
+    finally:
+        ws.close()
+
+
+@pytest.mark.asyncio
+async def test_jobs_outlive_their_users_server(hub):
+    alice = client(hub, ALICE)
+    job = alice.submit(program(40, samples=32, delay=0.02), name="outlives", max_gpus=1)
+    await eventually(lambda: elastic(job.refresh().data), "the job running")
+    await asyncio.to_thread(hub.stop_server, ALICE)
+    admin = service_client(hub, CAROL)
+    assert admin.get(job.id).state == "RUNNING"
+    hub.servers[ALICE] = await asyncio.to_thread(hub.start_server, ALICE)
+    again = client(hub, ALICE)
+    assert again.get(job.id).state in ("RUNNING", "SUCCEEDED")
+    event = await first_step_event(hub.servers[ALICE], hub.tokens[ALICE], job.id, 0)
+    assert event["job_id"] == job.id
+    done = await asyncio.to_thread(again.get(job.id).wait, DEADLINE_S, False)
+    assert done.state == "SUCCEEDED" and done.restarts == 0
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="only a root service runs jobs as their users")
+def test_each_users_jobs_run_as_their_account_and_keep_to_it(hub):
+    jobs = {
+        user: client(hub, user).submit(program(30, samples=32, delay=0.02), max_gpus=1)
+        for user in (ALICE, BOB)
+    }
+    try:
+        for job in jobs.values():
+            eventually_sync(lambda job=job: elastic(job.refresh().data), "the jobs running")
+        jobs_dir = Path(hub.service.settings["jobs_dir"])
+        seen = {}
+        for user, job in jobs.items():
+            account = lookup_account(user)
+            status = json.loads((jobs_dir / job.id / "status.json").read_text())
+            assert process_ids(status["pid"]) == (account.uid, account.gid)  # the driver
+            directory = (jobs_dir / job.id).stat()
+            assert (directory.st_uid, directory.st_mode & 0o777) == (account.uid, 0o700)
+            seen[user] = account
+        assert seen[ALICE].uid != seen[BOB].uid
+        # alice cannot look into bob's job
+        peek = subprocess.run(
+            ["ls", str(jobs_dir / jobs[BOB].id)],
+            user=seen[ALICE].uid,
+            group=seen[ALICE].gid,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert peek.returncode != 0 and "Permission denied" in peek.stderr
+    finally:
+        for job in jobs.values():
+            job.cancel()
+
+
+def test_the_usage_adds_up(hub):
+    """After the jobs above: an administrator's usage by user and by job both add up to the
+    total, alice's and bob's GPU time is there, and alice sees only her own."""
+    admin = service_client(hub, CAROL)
+    by_user = admin.request("GET", "usage", params={"by": "user"})
+    by_job = admin.request("GET", "usage", params={"by": "job"})
+    for report in (by_user, by_job):
+        held = sum(row["held_gpu_seconds"] for row in report["rows"])
+        assert held == pytest.approx(report["total"]["held_gpu_seconds"], rel=1e-6)
+    users = {row["key"]: row for row in by_user["rows"]}
+    assert users[ALICE]["held_gpu_seconds"] > 0 and users[BOB]["held_gpu_seconds"] > 0
+    assert users[BOB]["quota"] == 2
+    mine = client(hub, ALICE).request("GET", "usage", params={"by": "user"})
+    assert [row["key"] for row in mine["rows"]] == [ALICE]
