@@ -65,7 +65,7 @@ class _Remote:
 
 @web.stream_request_body
 class ForwardHandler(_Remote, JupyterFront):
-    _body: IO[bytes] | None = None
+    _request_body: IO[bytes] | None = None
 
     async def prepare(self) -> None:
         await super().prepare()
@@ -75,17 +75,17 @@ class ForwardHandler(_Remote, JupyterFront):
         if self.request.method in ("POST", "PUT", "PATCH"):
             # the service caps uploads itself; this server only passes them on
             self.request.connection.set_max_body_size(self.remote.max_upload_bytes + (1 << 20))  # type: ignore[union-attr]
-            self._body = tempfile.SpooledTemporaryFile(max_size=CHUNK)  # noqa: SIM115 - on_finish
+            self._request_body = tempfile.SpooledTemporaryFile(max_size=CHUNK)  # noqa: SIM115 - on_finish
 
     def data_received(self, chunk: bytes) -> None:
-        if self._body is not None:
-            self._body.write(chunk)
+        if self._request_body is not None:
+            self._request_body.write(chunk)
 
     async def _forward(self, path: str) -> None:
         body_producer = None
-        if self._body is not None:
-            self._body.seek(0)
-            body = self._body
+        if self._request_body is not None:
+            self._request_body.seek(0)
+            body = self._request_body
 
             async def body_producer(write: Callable[[bytes], Awaitable[None]]) -> None:
                 while chunk := body.read(CHUNK):
@@ -103,8 +103,8 @@ class ForwardHandler(_Remote, JupyterFront):
             request_timeout=3600,
             decompress_response=False,
         )
-        self._status: int | None = None
-        self._headers = HTTPHeaders()
+        self._answer_status: int | None = None
+        self._answer_headers = HTTPHeaders()
         try:
             response = await httpclient.AsyncHTTPClient().fetch(request, raise_error=False)
         except OSError as err:
@@ -122,19 +122,19 @@ class ForwardHandler(_Remote, JupyterFront):
 
     def _upstream_header(self, line: str) -> None:
         if line.startswith("HTTP/"):
-            self._status = int(line.split(" ", 2)[1])
-            self._headers = HTTPHeaders()
+            self._answer_status = int(line.split(" ", 2)[1])
+            self._answer_headers = HTTPHeaders()
             return
         if line.strip():
-            self._headers.parse_line(line)
+            self._answer_headers.parse_line(line)
             return
-        if self._status is None or 100 <= self._status < 200:
+        if self._answer_status is None or 100 <= self._answer_status < 200:
             return  # the end of an interim answer
-        self.set_status(self._status)
+        self.set_status(self._answer_status)
         self.clear_header("Content-Type")
         for name in PASSED_ANSWER:
-            if name in self._headers:
-                value = self._headers[name]
+            if name in self._answer_headers:
+                value = self._answer_headers[name]
                 if name == "Location":
                     value = self._local_location(value)
                 self.set_header(name, value)
@@ -155,9 +155,9 @@ class ForwardHandler(_Remote, JupyterFront):
     post = put = patch = delete = head = get
 
     def on_finish(self) -> None:
-        if self._body is not None:
-            self._body.close()
-            self._body = None
+        if self._request_body is not None:
+            self._request_body.close()
+            self._request_body = None
 
 
 class ForwardSocket(_Remote, JupyterSocketFront):

@@ -7,63 +7,27 @@ The JupyterHub deployment is tests/hub/."""
 from __future__ import annotations
 
 import json
-import secrets
 
-import pytest
-from edtservice import ServiceProcess, call
+from edtservice import call
 from jobprograms import DEADLINE_S, elastic, program
 from waiting import eventually_sync
 
 from jupyter_edt.notebook import EDTClient
 
-TOKENS = {name: secrets.token_hex(16) for name in ("alice", "bob", "root")}
 
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    root = tmp_path_factory.mktemp("serve")
-    tokens = root / "tokens.json"
-    tokens.write_text(
-        json.dumps(
-            {
-                "alice": {"tokens": [TOKENS["alice"]], "groups": ["ml"]},
-                "bob": {"tokens": [TOKENS["bob"]]},
-                "root": {"tokens": [TOKENS["root"]], "admin": True},
-            }
-        )
-    )
-    tokens.chmod(0o600)
-    process = ServiceProcess(
-        root,
-        {
-            "authenticator_class": "jupyter_edt.serve.auth.TokenFileAuthenticator",
-            "virtual_gpus": 4,
-            "min_rescale_interval": 0.0,
-            "refresh_interval": 0.5,
-            "user_quotas": {"bob": 1},
-            "run_as_users": False,
-            "allow_shared_account": True,
-        },
-    )
-    process.settings["TokenFileAuthenticator.tokens_file"] = str(tokens)
-    process.start()
-    yield process
-    process.stop()
-
-
-def test_every_request_needs_a_valid_token(service):
+def test_every_request_needs_a_valid_token(service, tokens):
     status, body, headers = call(service.url, "GET", "edt/api/v1/jobs", None)
     assert status == 401 and "token" in body["message"]
     assert headers["WWW-Authenticate"].startswith("token")
     status, body, _ = call(service.url, "GET", "edt/api/v1/jobs", "not-a-token-of-anyone")
     assert status == 403 and body["message"] == "The token is not valid here."
-    status, body, _ = call(service.url, "GET", "edt/api/v1/user", TOKENS["alice"])
-    assert (status, body) == (200, {"name": "alice", "admin": False})
-    assert call(service.url, "GET", "edt/api/v1/user", TOKENS["root"])[1]["admin"] is True
+    status, body, _ = call(service.url, "GET", "edt/api/v1/user", tokens["alice"])
+    assert (status, body["name"], body["admin"]) == (200, "alice", False)
+    assert call(service.url, "GET", "edt/api/v1/user", tokens["root"])[1]["admin"] is True
 
 
-def test_users_reach_only_their_own_jobs_and_an_administrator_everyones(service):
-    alice = EDTClient(service.url, TOKENS["alice"])
+def test_users_reach_only_their_own_jobs_and_an_administrator_everyones(service, tokens):
+    alice = EDTClient(service.url, tokens["alice"])
     job = alice.submit(program(1, samples=16), name="alices", max_gpus=1)
     for method, path in [
         ("GET", f"jobs/{job.id}"),
@@ -71,19 +35,19 @@ def test_users_reach_only_their_own_jobs_and_an_administrator_everyones(service)
         ("GET", f"jobs/{job.id}/logs"),
         ("GET", f"jobs/{job.id}/result.zip"),
     ]:
-        status, body, _ = call(service.url, method, f"edt/api/v1/{path}", TOKENS["bob"])
+        status, body, _ = call(service.url, method, f"edt/api/v1/{path}", tokens["bob"])
         assert status == 404, (method, path, body)
-    status, body, _ = call(service.url, "GET", "edt/api/v1/jobs", TOKENS["bob"])
+    status, body, _ = call(service.url, "GET", "edt/api/v1/jobs", tokens["bob"])
     assert job.id not in [j["id"] for j in body["jobs"]]
-    status, body, _ = call(service.url, "GET", f"edt/api/v1/jobs/{job.id}", TOKENS["root"])
+    status, body, _ = call(service.url, "GET", f"edt/api/v1/jobs/{job.id}", tokens["root"])
     assert status == 200 and body["user"] == "alice"
     done = job.wait(timeout=DEADLINE_S, progress=False)
     assert done.state == "SUCCEEDED", alice.get(job.id).reason
     assert "model" in " ".join(a["path"] for a in done.artifacts())
 
 
-def test_a_quota_holds_a_job_back_with_its_reason(service):
-    bob = EDTClient(service.url, TOKENS["bob"])
+def test_a_quota_holds_a_job_back_with_its_reason(service, tokens):
+    bob = EDTClient(service.url, tokens["bob"])
     first = bob.submit(program(50, delay=0.05), name="first", max_gpus=1)
     second = bob.submit(program(1), name="second", max_gpus=1)
     try:
@@ -105,8 +69,8 @@ def test_a_quota_holds_a_job_back_with_its_reason(service):
     bob.cancel(second.id)
 
 
-def test_running_jobs_survive_a_restart_of_the_service(service):
-    alice = EDTClient(service.url, TOKENS["alice"])
+def test_running_jobs_survive_a_restart_of_the_service(service, tokens):
+    alice = EDTClient(service.url, tokens["alice"])
     job = alice.submit(program(6, samples=32, delay=0.02), name="survivor", max_gpus=2)
     eventually_sync(lambda: elastic(alice.get(job.id).data), "the job running elastic", timeout=90)
     driver = (service.root / "jobs" / job.id / "status.json").read_text()
