@@ -3,11 +3,13 @@ with `service_url`, the API forwarded to a shared ``jupyter edt serve`` (the rem
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider, User
 from jupyter_server.extension.application import ExtensionApp
+from tornado.httpclient import AsyncHTTPClient
 from traitlets import Bool, Unicode, default
 
 from . import __version__
@@ -77,6 +79,12 @@ class EDTApp(JobHost, ExtensionApp):
     @property
     def remote(self) -> bool:
         return bool(self.service_url)
+
+    @functools.cached_property
+    def forward_client(self) -> AsyncHTTPClient:
+        """The forwarder's own HTTP client: a long download through it must not hold one of
+        the few connections of the server's shared client."""
+        return AsyncHTTPClient(force_instance=True, max_clients=64)
 
     def user_name(self, user: User) -> str:
         """The name jobs are recorded under for an authenticated Jupyter user."""

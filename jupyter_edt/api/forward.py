@@ -50,12 +50,16 @@ class _Remote:
                 "with your own token.",
             )
 
-    def upstream_url(self: Any, path: str, scheme: str = "http") -> str:
+    def upstream_url(self: Any, scheme: str = "http") -> str:
+        """The service's URL for this request: its path as it came (still percent-encoded:
+        an artifact's name may hold any character), below the service's base."""
         base = self.remote.service_url.rstrip("/")
         if scheme == "ws":
             base = "ws" + base[4:]  # http -> ws, https -> wss
+        raw = self.request.path
         query = f"?{self.request.query}" if self.request.query else ""
-        return f"{base}/edt/api/{path}{query}"
+        start = raw.index("/edt/api/", len(self.base_url.rstrip("/")))
+        return f"{base}{raw[start:]}{query}"
 
     def upstream_headers(self: Any) -> dict[str, str]:
         headers = {k: v for k in PASSED_REQUEST if (v := self.request.headers.get(k))}
@@ -81,7 +85,7 @@ class ForwardHandler(_Remote, JupyterFront):
         if self._request_body is not None:
             self._request_body.write(chunk)
 
-    async def _forward(self, path: str) -> None:
+    async def _forward(self) -> None:
         body_producer = None
         if self._request_body is not None:
             self._request_body.seek(0)
@@ -92,7 +96,7 @@ class ForwardHandler(_Remote, JupyterFront):
                     await write(chunk)
 
         request = httpclient.HTTPRequest(
-            self.upstream_url(path),
+            self.upstream_url(),
             method=self.request.method,
             headers=self.upstream_headers(),
             body_producer=body_producer,
@@ -106,7 +110,7 @@ class ForwardHandler(_Remote, JupyterFront):
         self._answer_status: int | None = None
         self._answer_headers = HTTPHeaders()
         try:
-            response = await httpclient.AsyncHTTPClient().fetch(request, raise_error=False)
+            response = await self.remote.forward_client.fetch(request, raise_error=False)
         except OSError as err:
             raise APIError(
                 502,
@@ -150,7 +154,7 @@ class ForwardHandler(_Remote, JupyterFront):
         self.flush()
 
     async def get(self, path: str) -> None:
-        await self._forward(path)
+        await self._forward()
 
     post = put = patch = delete = head = get
 
@@ -168,7 +172,7 @@ class ForwardSocket(_Remote, JupyterSocketFront):
     async def get(self, path: str) -> None:  # type: ignore[override]
         await self._caller()
         request = httpclient.HTTPRequest(
-            self.upstream_url(path, "ws"), headers=self.upstream_headers(), request_timeout=30
+            self.upstream_url("ws"), headers=self.upstream_headers(), request_timeout=30
         )
         try:  # connect first: a refusal is still an HTTP answer to the caller
             self._upstream = await websocket.websocket_connect(request)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from urllib.parse import quote
 
 import pytest
 from edtservice import call
@@ -58,12 +59,22 @@ async def test_the_owners_calls_reach_the_service_in_her_name(server_url, servic
 async def test_an_uploaded_directory_streams_through(server_url, tmp_path):
     tree = tmp_path / "code"
     tree.mkdir()
-    (tree / "main.py").write_text("print('hello from the upload')\n")
+    (tree / "main.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path(os.environ['RESULT_DIR'], 'odd name #1 %.txt').write_text('kept')\n"
+        "print('hello from the upload')\n"
+    )
     mine = EDTClient(server_url, "alice")
     job = await run(mine.submit, directory=tree, name="uploaded", max_gpus=1)
     done = await run(job.wait, DEADLINE_S, False)
     assert done.state == "SUCCEEDED"
     assert "hello from the upload" in await run(done.logs)
+    # an artifact's name travels percent-encoded, as it came
+    name = quote("odd name #1 %.txt")
+    status, body, _ = await run(
+        call, server_url, "GET", f"edt/api/v1/jobs/{job.id}/artifacts/{name}", "alice"
+    )
+    assert (status, body) == (200, b"kept")
 
 
 async def test_a_visitor_is_not_forwarded_as_the_owner(server_url):
