@@ -132,12 +132,19 @@ class EDTHandler(web.RequestHandler):
             self.set_header("Allow", ", ".join(self.allowed_methods()))
         if status_code == 401:  # and a 401 the scheme that authenticates
             self.set_header("WWW-Authenticate", 'token realm="jupyter-edt"')
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(exc, APIError):
-            body: dict[str, Any] = {"message": exc.message}
-            if exc.field is not None:
-                body["field"] = exc.field
-            self.set_header("Content-Type", "application/json")
-            self.finish(json.dumps(body))
-            return
-        super().write_error(status_code, **kwargs)
+        if not write_api_error(self, **kwargs):
+            super().write_error(status_code, **kwargs)
+
+
+def write_api_error(handler: web.RequestHandler, **kwargs: Any) -> bool:
+    """Answer an `APIError` as JSON naming its field (from `write_error`); False for any
+    other error, which the handler's own `write_error` answers."""
+    exc = kwargs.get("exc_info", (None, None, None))[1]
+    if not isinstance(exc, APIError):
+        return False
+    body: dict[str, Any] = {"message": exc.message}
+    if exc.field is not None:
+        body["field"] = exc.field
+    handler.set_header("Content-Type", "application/json")
+    handler.finish(json.dumps(body))
+    return True

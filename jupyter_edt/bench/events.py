@@ -197,7 +197,8 @@ class Subscriber:
     async def run(self, until: asyncio.Event, reconnect_at: float) -> None:
         reconnected = False
         while not until.is_set():
-            url = f"{self.server.ws}edt/api/v1/events?after={self.cursor}"
+            # batched, as JupyterLab's client asks for it
+            url = f"{self.server.ws}edt/api/v1/events?after={self.cursor}&batch=1"
             ws = await websocket_connect(HTTPRequest(url, headers=self.server.headers()))
             try:
                 while not until.is_set():
@@ -211,7 +212,9 @@ class Subscriber:
                         continue
                     if message is None:
                         break
-                    self._take(json.loads(message), time.time())
+                    now, data = time.time(), json.loads(message)
+                    for event in data if isinstance(data, list) else [data]:
+                        self._take(event, now)
             finally:
                 ws.close()
 

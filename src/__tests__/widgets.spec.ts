@@ -210,6 +210,17 @@ describe('EventStream', () => {
       { id: 4, kind: 'limits', job_id: JOB_ID, max_gpus: 3 }
     );
     expect(received.map(e => e.id)).toEqual([1, 3, 4]);
+    // A batch (batch=1): its events in order, one already seen skipped.
+    sockets[4].onmessage?.({
+      data: JSON.stringify([
+        { id: 4, kind: 'limits', job_id: JOB_ID, max_gpus: 3 },
+        { id: 5, kind: 'state', job_id: 'other', state: 'QUEUED' },
+        null,
+        { id: 6, kind: 'metrics', job_id: JOB_ID, records: [] }
+      ])
+    });
+    expect(received.map(e => e.id)).toEqual([1, 3, 4, 6]);
+    expect(stream.lastId).toBe(6);
     expect(statuses).toEqual(['connecting', 'open', 'reconnecting', 'open']);
 
     stream.stop();
@@ -574,7 +585,7 @@ describe('widget module', () => {
       appendToken: true
     });
     expect(eventsUrl(settings, 42, JOB_ID)).toBe(
-      `ws://localhost:8888/user/ann/edt/api/v1/events?after=42&job_id=${JOB_ID}&token=secret`
+      `ws://localhost:8888/user/ann/edt/api/v1/events?after=42&batch=1&job_id=${JOB_ID}&token=secret`
     );
     const noToken = ServerConnection.makeSettings({
       baseUrl: 'http://localhost:8888/',
@@ -583,7 +594,7 @@ describe('widget module', () => {
       appendToken: false
     });
     expect(eventsUrl(noToken, 0)).toBe(
-      'ws://localhost:8888/edt/api/v1/events?after=0'
+      'ws://localhost:8888/edt/api/v1/events?after=0&batch=1'
     );
   });
 });

@@ -27,16 +27,17 @@ export type SocketFactory = (after: number, jobId: string) => ISocketLike;
 
 /**
  * The events WebSocket URL below the server's base URL: `after` resumes the
- * feed; `job_id` names the job so a server that filters by it sends less (the
- * client filters anyway); the token is appended when the settings say so, as
- * JupyterLab does for kernel sockets.
+ * feed; `batch=1` asks for the events ready at once in one message (an array),
+ * which a busy feed needs; `job_id` names the job so a server that filters by
+ * it sends less (the client filters anyway); the token is appended when the
+ * settings say so, as JupyterLab does for kernel sockets.
  */
 export function eventsUrl(
   settings: ServerConnection.ISettings,
   after: number,
   jobId?: string
 ): string {
-  const params: Record<string, string | number> = { after };
+  const params: Record<string, string | number> = { after, batch: 1 };
   if (jobId) {
     params.job_id = jobId;
   }
@@ -217,12 +218,19 @@ export class EventStream {
     if (typeof data !== 'string') {
       return;
     }
-    let event: IJobEvent;
+    let parsed: unknown;
     try {
-      event = JSON.parse(data);
+      parsed = JSON.parse(data);
     } catch {
       return;
     }
+    // A batch (what `eventsUrl` asks for), or one event (a keepalive, an older server)
+    for (const event of Array.isArray(parsed) ? parsed : [parsed]) {
+      this._take(event);
+    }
+  }
+
+  private _take(event: IJobEvent | null): void {
     if (event === null || typeof event !== 'object') {
       return;
     }

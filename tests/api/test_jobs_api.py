@@ -188,3 +188,33 @@ async def test_changing_a_finished_job_is_a_conflict_that_changes_nothing(jp_fet
     )
     assert code == 409 and "has finished (CANCELLED)" in answer["message"]
     assert await api(jp_fetch, "alice", "jobs", job["id"]) == cancelled
+
+
+async def test_events_in_batches_are_the_same_events(jp_fetch, jp_http_port, jp_base_url):
+    """`batch=1`: arrays of the events ready at once, the same events as one by one."""
+    jobs = [await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC) for _ in range(3)]
+    await api(jp_fetch, "alice", "jobs", jobs[0]["id"], method="DELETE")
+    url = f"ws://localhost:{jp_http_port}{jp_base_url}edt/api/v1/events?token=alice"
+    ws = await websocket_connect(url)
+    single = [json.loads(await ws.read_message()) for _ in range(4)]
+    ws.close()
+    assert all(isinstance(e, dict) for e in single)
+
+    ws = await websocket_connect(f"{url}&batch=1")
+    batched = json.loads(await ws.read_message())
+    assert batched == single  # the whole backlog in one message
+    live = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
+    (event,) = json.loads(await ws.read_message())
+    assert event["job_id"] == live["id"] and event["id"] > batched[-1]["id"]
+    ws.close()
+
+
+async def test_events_refuse_bad_arguments_naming_them(http_server_client, jp_base_url):
+    for query, field in (("batch=yes", "batch"), ("after=x", "after")):
+        with pytest.raises(HTTPClientError) as caught:
+            await http_server_client.fetch(
+                f"{jp_base_url}edt/api/v1/events?{query}", headers=as_user("alice")
+            )
+        assert caught.value.code == 400
+        answer = json.loads(caught.value.response.body)
+        assert answer["field"] == field and field in answer["message"]
