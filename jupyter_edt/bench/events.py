@@ -3,11 +3,17 @@
 Starts a real Jupyter server with jupyter-edt, runs `--jobs` jobs whose synthetic driver
 (bench/emitter.py) writes `--rate` metric events per second in total, and connects
 `--subscribers` WebSocket clients to the events feed, each of which disconnects once halfway and
-resumes from its last cursor. Meanwhile it times `GET /edt/api/v1/jobs`. Prints:
+resumes from its last cursor. Meanwhile it times `GET /edt/api/v1/jobs`. The subscribers run in
+a process of their own, as browsers are elsewhere: an API call is then not timed behind the
+decoding of 50 subscribers' messages in the prober's own event loop (the CPU stays shared, as on
+one machine it would be). Prints:
 
 - `p95_latency_ms`: from an event's write in the job's event file to its receipt by a subscriber
 - `lost_events`: steps missing from what a subscriber saw of a job, over all subscribers
 - `api_p95_ms`: latency of GET jobs under that load
+
+Subscribers ask for batches (`batch=1`, as JupyterLab's client does); `--unbatched` for one event
+per message, as before batching.
 
 With `--through-forwarder`, the jobs run in a shared `jupyter edt serve` and the Jupyter server
 forwards to it (the remote mode, as under JupyterHub): half the subscribers and half the API
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import secrets
 import socket
@@ -30,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -184,11 +192,25 @@ class Server(Endpoint):
         self.log.close()
 
 
+@dataclass(frozen=True)
+class Route:
+    """Where a subscriber connects: what of an `Endpoint` crosses into the subscribers'
+    process."""
+
+    ws: str
+    headers: dict[str, str]
+
+    @classmethod
+    def of(cls, endpoint: Endpoint) -> Route:
+        return cls(endpoint.ws, endpoint.headers())
+
+
 class Subscriber:
     """One WebSocket client: records latency and the steps it saw of each job."""
 
-    def __init__(self, server: Endpoint) -> None:
+    def __init__(self, server: Route, *, batch: bool = True) -> None:
         self.server = server
+        self.batch = batch
         self.cursor = 0
         self.latencies: list[float] = []
         self.steps: dict[str, list[int]] = {}
@@ -197,9 +219,9 @@ class Subscriber:
     async def run(self, until: asyncio.Event, reconnect_at: float) -> None:
         reconnected = False
         while not until.is_set():
-            # batched, as JupyterLab's client asks for it
-            url = f"{self.server.ws}edt/api/v1/events?after={self.cursor}&batch=1"
-            ws = await websocket_connect(HTTPRequest(url, headers=self.server.headers()))
+            # batched, as JupyterLab's client asks for it (unless --unbatched)
+            url = f"{self.server.ws}edt/api/v1/events?after={self.cursor}&batch={int(self.batch)}"
+            ws = await websocket_connect(HTTPRequest(url, headers=self.server.headers))
             try:
                 while not until.is_set():
                     if not reconnected and time.monotonic() >= reconnect_at:
@@ -234,6 +256,56 @@ class Subscriber:
             missing += expected - len(set(steps))
         return missing
 
+    def saw_all(self, jobs: int, expected: int) -> bool:
+        return len(self.steps) == jobs and all(len(v) >= expected for v in self.steps.values())
+
+
+def subscribe(
+    routes: list[Route],
+    args: argparse.Namespace,
+    expected: int,
+    seen_all: Any,
+    stop: Any,
+    results: Any,
+) -> None:
+    """The subscribers' process: `args.subscribers` clients over `routes` in turn, until
+    `stop`; `seen_all` is set once every one has seen every job's `expected` steps. Sends
+    each route's figures (by its index) to `results`."""
+    subscribers = [
+        Subscriber(routes[i % len(routes)], batch=not args.unbatched)
+        for i in range(args.subscribers)
+    ]
+
+    async def run() -> None:
+        done = asyncio.Event()
+        start = time.monotonic()
+        tasks = [
+            asyncio.create_task(s.run(done, start + args.seconds / 2 + i * 0.01))
+            for i, s in enumerate(subscribers)
+        ]
+        while not stop.is_set():
+            if all(s.saw_all(args.jobs, expected) for s in subscribers):
+                seen_all.set()
+            await asyncio.sleep(0.1)
+        done.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(run())
+    figures = []
+    for route in routes:
+        mine = [s for s in subscribers if s.server is route]
+        latencies = [x for s in mine for x in s.latencies]
+        figures.append(
+            {
+                "events_received": len(latencies),
+                "reconnects": sum(s.reconnects for s in mine),
+                "p50_latency_ms": round(statistics.median(latencies), 1) if latencies else None,
+                "p95_latency_ms": round(p95(latencies), 1),
+                "lost_events": sum(s.lost(expected) for s in mine),
+            }
+        )
+    results.send(figures)
+
 
 async def measure(
     args: argparse.Namespace, server: Server, service: Service | None = None
@@ -244,14 +316,17 @@ async def measure(
     routes: list[Endpoint] = [server] if service is None else [server, service]
     if service is not None:
         await service.ready(client)
-    subscribers = [Subscriber(routes[i % len(routes)]) for i in range(args.subscribers)]
-    done = asyncio.Event()
-    start = time.monotonic()
-    tasks = [
-        asyncio.create_task(s.run(done, start + args.seconds / 2 + i * 0.01))
-        for i, s in enumerate(subscribers)
-    ]
     per_job = args.rate / args.jobs
+    expected = int(per_job * args.seconds)
+    spawn = multiprocessing.get_context("spawn")
+    seen_all, stop = spawn.Event(), spawn.Event()
+    results, sender = spawn.Pipe(duplex=False)
+    process = spawn.Process(
+        target=subscribe,
+        args=([Route.of(r) for r in routes], args, expected, seen_all, stop, sender),
+        daemon=True,
+    )
+    process.start()
     for k in range(args.jobs):
         body = {
             "name": f"emitter-{k}",
@@ -265,7 +340,6 @@ async def measure(
             body=json.dumps(body),
             headers=server.headers(),
         )
-    expected = int(per_job * args.seconds)
 
     api_latencies: dict[int, list[float]] = {id(r): [] for r in routes}
     deadline = time.monotonic() + args.seconds + 120
@@ -278,25 +352,18 @@ async def measure(
         api_latencies[id(route)].append((time.monotonic() - t0) * 1000)
         jobs = json.loads(response.body)["jobs"]
         finished = all(j["state"] == "SUCCEEDED" for j in jobs)
-        seen_all = all(
-            len(s.steps) == args.jobs and all(len(v) >= expected for v in s.steps.values())
-            for s in subscribers
-        )
-        if finished and seen_all:
+        if finished and seen_all.is_set():
             break
+        if not process.is_alive():
+            raise RuntimeError("the subscribers' process ended early")
         await asyncio.sleep(0.1)
-    done.set()
-    await asyncio.gather(*tasks)
+    stop.set()
+    subscribed = await asyncio.to_thread(results.recv)
+    await asyncio.to_thread(process.join, 30)
 
     def figures(route: Endpoint) -> dict[str, Any]:
-        mine = [s for s in subscribers if s.server is route]
-        latencies = [x for s in mine for x in s.latencies]
         return {
-            "events_received": len(latencies),
-            "reconnects": sum(s.reconnects for s in mine),
-            "p50_latency_ms": round(statistics.median(latencies), 1) if latencies else None,
-            "p95_latency_ms": round(p95(latencies), 1),
-            "lost_events": sum(s.lost(expected) for s in mine),
+            **subscribed[routes.index(route)],
             "api_p95_ms": round(p95(api_latencies[id(route)]), 1),
             "api_requests": len(api_latencies[id(route)]),
         }
@@ -306,6 +373,7 @@ async def measure(
         "events_per_s": args.rate,
         "subscribers": args.subscribers,
         "seconds": args.seconds,
+        "batched": not args.unbatched,
         **figures(server),
     }
     if service is not None:
@@ -327,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
         "--through-forwarder",
         action="store_true",
         help="jobs in a shared `jupyter edt serve`, the Jupyter server forwarding to it",
+    )
+    parser.add_argument(
+        "--unbatched",
+        action="store_true",
+        help="subscribe one event per message (batch=0), as clients before batching did",
     )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edt-bench-events-") as tmp:

@@ -7,9 +7,13 @@ import json
 import subprocess
 import sys
 
+import pytest
 
-def test_every_subscriber_gets_every_event_across_a_reconnect():
+
+@pytest.mark.parametrize("batching", [[], ["--unbatched"]], ids=["batched", "unbatched"])
+def test_every_subscriber_gets_every_event_across_a_reconnect(batching):
     args = ["--jobs", "2", "--rate", "40", "--subscribers", "3", "--seconds", "3", "--json"]
+    args += batching
     out = subprocess.run(
         [sys.executable, "-m", "jupyter_edt.bench.events", *args],
         capture_output=True,
@@ -18,6 +22,7 @@ def test_every_subscriber_gets_every_event_across_a_reconnect():
         check=True,
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["batched"] == (not batching)
     assert result["lost_events"] == 0
     assert result["reconnects"] == 3
     assert result["events_received"] == 3 * 2 * 60  # subscribers x jobs x (20/s for 3 s)
