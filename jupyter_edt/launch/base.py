@@ -46,7 +46,10 @@ class ProcessSpec:
     safe part of the launcher's environment (see `accounts.account_environment`); starting a
     process as another account needs root. None: the launcher's own account and environment.
     A process started as an account starts its own children as itself (a driver its workers),
-    so only the server's specs carry one."""
+    so only the server's specs carry one.
+
+    `node`: where a cluster launcher runs it (a Ray node id); None: wherever the launcher runs.
+    A local launcher has one node and ignores it."""
 
     job_id: str
     name: str  # "driver", "w0", ...: unique within the job, used for its log files
@@ -58,6 +61,7 @@ class ProcessSpec:
     virtual_devices: bool = False
     one_log: bool = False
     account: Account | None = None
+    node: str | None = None
 
 
 class ProcessHandle(ABC):

@@ -4,7 +4,9 @@ session (process group), a driver's workers in the driver's (see `LocalLauncher`
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
 import stat
 import subprocess
 from collections.abc import Callable
@@ -17,6 +19,8 @@ from .base import Launcher, ProcessHandle, ProcessSpec
 
 #: The exit code of an adopted process that ended without recording one.
 UNKNOWN_EXIT = -1
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class LocalProcess(ProcessHandle):
@@ -81,10 +85,15 @@ class LocalLauncher(Launcher):
 
     A spec with an `account` starts as that account (the launcher must be root for another's),
     in a clean environment, with log files that belong to it.
+
+    `die_with_parent`: each process gets SIGKILL when the thread that started it ends
+    (Linux's parent-death signal), for a launcher that must not leave processes behind when it
+    is killed itself (a Ray actor keeping them, `launch/ray.py`).
     """
 
-    def __init__(self, own_session: bool = True) -> None:
+    def __init__(self, own_session: bool = True, die_with_parent: bool = False) -> None:
         self.own_session = own_session
+        self.die_with_parent = die_with_parent
 
     def start_sync(self, spec: ProcessSpec) -> LocalProcess:
         account = spec.account
@@ -121,6 +130,7 @@ class LocalLauncher(Launcher):
                 stdout=out,
                 stderr=err,
                 start_new_session=self.own_session,
+                preexec_fn=_parent_death_signal() if self.die_with_parent else None,
                 **_switch_to(account),
             )
         return LocalProcess(spec, popen, group=self.own_session)
@@ -132,6 +142,20 @@ class LocalLauncher(Launcher):
         if process_start_time(pid) != started:
             return None
         return AdoptedProcess(spec, pid, exit_code)
+
+
+def _parent_death_signal() -> Callable[[], None]:
+    """What the child runs between fork and exec to be killed when its parent thread ends.
+    Set after the switch to the job's account (a change of credentials clears it)."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent ended before the signal was armed
+            os._exit(1)
+
+    return arm
 
 
 def _switch_to(account: Account | None) -> dict[str, Any]:

@@ -1,0 +1,121 @@
+"""RayLauncher on a real local Ray cluster: each process kept by an actor pinned to its node,
+holding Ray's GPUs there; logs, exit codes, stopping a whole process tree, adoption by a
+restarted service, and a node that dies taking its processes with it."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import textwrap
+
+import ray
+from waiting import eventually_sync
+
+from jupyter_edt.launch.base import ProcessSpec
+from jupyter_edt.launch.local import log_paths
+from jupyter_edt.launch.ray import LOST, RayLauncher
+from jupyter_edt.runtime.jobdir import process_start_time
+
+
+def spec(tmp_path, code: str, **kw) -> ProcessSpec:
+    return ProcessSpec(
+        job_id=kw.pop("job_id", "j1"),
+        name=kw.pop("name", "w0"),
+        argv=[sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tmp_path,
+        log_dir=tmp_path / "logs",
+        **kw,
+    )
+
+
+def keeper_exists(name: str) -> bool:
+    try:
+        ray.get_actor(name, namespace="edt-tests")
+    except ValueError:
+        return False
+    return True
+
+
+def test_a_process_runs_on_its_node_with_its_gpu_and_logs(cluster, launcher, tmp_path):
+    node = cluster.nodes[1].node_id
+    code = """
+        import os, sys
+        print("cvd=" + os.environ["CUDA_VISIBLE_DEVICES"], "job=" + os.environ["EDT_JOB_ID"])
+        print("oops", file=sys.stderr)
+        sys.exit(3)
+    """
+    handle = launcher.start_sync(
+        spec(tmp_path, code, env={"EDT_JOB_ID": "j1"}, devices=["1"], node=node)
+    )
+    assert handle.node == node
+    assert handle.wait_sync(60) == 3
+    out, err = log_paths(tmp_path / "logs", "w0")
+    assert out.read_text() == "cvd=1 job=j1\n" and err.read_text() == "oops\n"
+    handle.send_signal(signal.SIGKILL)  # after its end, as Launcher.stop does: the keeper goes
+    eventually_sync(lambda: not keeper_exists("j1/w0"), "the keeper ended")
+
+
+def test_keepers_hold_rays_gpus_on_their_node(cluster, launcher, tmp_path):
+    node = cluster.nodes[0].node_id
+    sleeper = "import time; time.sleep(600)"
+    handles = [
+        launcher.start_sync(spec(tmp_path, sleeper, name=f"w{i}", devices=[str(i)], node=node))
+        for i in range(2)
+    ]
+    try:
+        assert ray.available_resources().get("GPU", 0.0) == 2.0  # the other node's two
+    finally:
+        for h in handles:
+            launcher.stop_sync(h, grace=0)
+    eventually_sync(
+        lambda: ray.available_resources().get("GPU", 0.0) == 4.0, "the GPUs were given back"
+    )
+
+
+def test_stop_kills_the_whole_tree_then_the_keeper(cluster, launcher, tmp_path):
+    child_pid = tmp_path / "child.pid"
+    code = f"""
+        import signal, subprocess, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open({str(child_pid)!r}, "w").write(str(child.pid))
+        time.sleep(600)
+    """
+    handle = launcher.start_sync(spec(tmp_path, code, job_id="j2", node=cluster.nodes[1].node_id))
+    eventually_sync(child_pid.exists, "the process started its child")
+    child = int(child_pid.read_text())
+    assert launcher.stop_sync(handle, grace=1) == -signal.SIGKILL  # SIGTERM ignored
+    eventually_sync(lambda: process_start_time(child) is None, "the grandchild is gone")
+    assert process_start_time(handle.pid) is None
+    eventually_sync(lambda: not keeper_exists("j2/w0"), "the keeper ended")
+
+
+def test_a_restarted_service_adopts_the_very_process(cluster, launcher, tmp_path):
+    s = spec(tmp_path, "import time; time.sleep(600)", job_id="j3", node=cluster.nodes[0].node_id)
+    handle = launcher.start_sync(s)
+    try:
+        started = process_start_time(handle.pid)
+        assert started is not None
+        again = RayLauncher(cluster.address, namespace="edt-tests")  # the restarted service's
+        adopted = again.adopt(s, handle.pid, started, lambda: None)
+        assert adopted is not None and adopted.returncode is None
+        assert adopted.node == cluster.nodes[0].node_id
+        assert again.adopt(s, handle.pid, started + 1, lambda: None) is None  # another process
+        other = spec(tmp_path, "", job_id="j3", name="w9")
+        assert again.adopt(other, handle.pid, started, lambda: None) is None  # no such keeper
+        adopted.send_signal(signal.SIGKILL)
+        assert adopted.wait_sync(30) == -signal.SIGKILL
+    finally:
+        launcher.stop_sync(handle, grace=0)
+
+
+def test_a_node_that_dies_takes_its_processes_with_it(cluster, launcher, tmp_path):
+    """Last in the module: the cluster loses a node (a crash, not a graceful removal)."""
+    node = cluster.nodes[1]
+    handle = launcher.start_sync(
+        spec(tmp_path, "import time; time.sleep(600)", job_id="j4", node=node.node_id)
+    )
+    assert handle.returncode is None
+    cluster.remove_node(node, allow_graceful=False)
+    assert handle.wait_sync(60) == LOST
+    eventually_sync(lambda: process_start_time(handle.pid) is None, "the process died")
