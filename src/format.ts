@@ -46,7 +46,8 @@ function plural(count: number, word: string): string {
 
 /**
  * One line saying what devices there are and where they come from,
- * e.g. "2 NVIDIA GPUs" or "4 virtual GPUs (no NVIDIA GPU found)".
+ * e.g. "2 NVIDIA GPUs", "4 virtual GPUs (no NVIDIA GPU found)" or "4 GPUs on 2
+ * Ray nodes".
  */
 export function describeCluster(cluster: ClusterInfo): string {
   const count = cluster.devices.length;
@@ -55,6 +56,10 @@ export function describeCluster(cluster: ClusterInfo): string {
   }
   if (count === 0) {
     return 'No GPUs found';
+  }
+  if (cluster.source === 'ray') {
+    const nodes = new Set(cluster.devices.map(d => d.node)).size;
+    return `${plural(count, 'GPU')} on ${plural(nodes, 'Ray node')}`;
   }
   return plural(count, 'NVIDIA GPU');
 }

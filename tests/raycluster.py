@@ -14,7 +14,7 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +98,5 @@ def _kill_leftovers(tmpdir: str) -> None:
     found by the cluster's own temporary directory on their command line."""
     found = subprocess.run(["pgrep", "-f", tmpdir], capture_output=True, text=True, check=False)
     for pid in found.stdout.split():
-        try:
+        with suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 log = logging.getLogger(__name__)
 
-Source = Literal["nvml", "virtual"]
+Source = Literal["nvml", "virtual", "ray"]
 
 
 @dataclass(frozen=True)

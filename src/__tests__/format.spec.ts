@@ -91,4 +91,16 @@ describe('describeCluster', () => {
       '4 virtual GPUs (no NVIDIA GPU found)'
     );
   });
+
+  it("counts a Ray cluster's GPUs and nodes", () => {
+    const devices = ['a', 'a', 'b'].map((node, i) =>
+      device({ id: `${node}:gpu${i}`, index: i, node })
+    );
+    expect(describeCluster({ source: 'ray', devices })).toBe(
+      '3 GPUs on 2 Ray nodes'
+    );
+    expect(describeCluster({ source: 'ray', devices: [] })).toBe(
+      'No GPUs found'
+    );
+  });
 });

@@ -53,8 +53,11 @@ export interface IJobInfo {
   restarts: number;
 }
 
-/** Where the device list comes from: real NVIDIA GPUs, or virtual (CPU) devices. */
-export type DeviceSource = 'nvml' | 'virtual';
+/**
+ * Where the device list comes from: real NVIDIA GPUs, virtual (CPU) devices,
+ * or the nodes of a Ray cluster (each device's `node` says which).
+ */
+export type DeviceSource = 'nvml' | 'virtual' | 'ray';
 
 /** One device (GPU or virtual GPU) as GET /edt/api/v1/cluster reports it. */
 export interface Device {

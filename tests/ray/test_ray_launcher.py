@@ -109,8 +109,8 @@ def test_a_restarted_service_adopts_the_very_process(cluster, launcher, tmp_path
         launcher.stop_sync(handle, grace=0)
 
 
-def test_a_node_that_dies_takes_its_processes_with_it(cluster, launcher, tmp_path):
-    """Last in the module: the cluster loses a node (a crash, not a graceful removal)."""
+def test_a_node_that_dies_takes_its_processes_with_it(cluster, launcher, restore, tmp_path):
+    """The cluster loses a node (a crash, not a graceful removal)."""
     node = cluster.nodes[1]
     handle = launcher.start_sync(
         spec(tmp_path, "import time; time.sleep(600)", job_id="j4", node=node.node_id)

@@ -1,0 +1,51 @@
+"""RayInventory on a real local Ray cluster: the GPUs of each node, ids that carry the node,
+and nodes that join and leave."""
+
+from __future__ import annotations
+
+import pytest
+from waiting import eventually_sync
+
+from jupyter_edt.scheduling.ray_inventory import RayInventory
+
+
+@pytest.fixture
+def inventory(launcher):  # connected through the launcher's fixture
+    reading = RayInventory(namespace="edt-tests")
+    yield reading
+    reading.close()
+
+
+def test_each_nodes_gpus_with_the_node_in_their_ids(cluster, inventory):
+    devices = inventory.read()
+    nodes = [n.node_id for n in cluster.nodes]
+    assert sorted((d.node, d.index) for d in devices) == sorted(
+        (n, i) for n in nodes for i in range(2)
+    )
+    for d in devices:
+        assert d.id == f"{d.node[:8]}:gpu{d.index}"
+        assert d.virtual  # logical GPUs: NVML finds none on these nodes
+        assert d.uuid == f"ray-{d.node}-{d.index}"
+    assert len({d.id for d in devices}) == 4
+    assert inventory.source == "ray"
+
+
+def test_a_node_that_joins_adds_its_gpus_and_one_that_leaves_takes_them(
+    cluster, inventory, restore
+):
+    joined = cluster.add_node(gpus=2)
+    devices = eventually_sync(
+        lambda: inventory.read(), "the new node's GPUs", until=lambda ds: len(ds) == 6
+    )
+    assert sum(d.node == joined.node_id for d in devices) == 2
+    cluster.remove_node(joined)
+    devices = eventually_sync(
+        lambda: inventory.read(), "the node's GPUs gone", until=lambda ds: len(ds) == 4
+    )
+    assert all(d.node != joined.node_id for d in devices)
+    left = cluster.nodes[0]
+    cluster.remove_node(left, allow_graceful=False)  # a crash
+    devices = eventually_sync(
+        lambda: inventory.read(), "the crashed node's GPUs gone", until=lambda ds: len(ds) == 2
+    )
+    assert {d.node for d in devices} == {cluster.nodes[0].node_id}
