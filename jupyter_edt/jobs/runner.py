@@ -143,7 +143,8 @@ class DriverRunner:
             argv=[self.python, "-m", self.driver_module, str(d.root)],
             cwd=d.code,
             log_dir=d.logs,
-            env={**job.spec.env, **self.contract(job)},
+            # and what it needs to start its workers through the same kind of launcher
+            env={**job.spec.env, **self.contract(job), **self.launcher.driver_env()},
             virtual_devices=True,  # the driver never touches a GPU
             account=account,
         )
@@ -328,7 +329,10 @@ class DriverRunner:
 
 def _devices(devices: Sequence[Device]) -> list[dict[str, Any]]:
     """The devices as orders name them; the UUID lets the driver name a GPU to CUDA by it."""
-    return [{"id": d.id, "index": d.index, "uuid": d.uuid, "virtual": d.virtual} for d in devices]
+    return [
+        {"id": d.id, "index": d.index, "uuid": d.uuid, "virtual": d.virtual, "node": d.node}
+        for d in devices
+    ]
 
 
 def _driver_death(code: int) -> str:

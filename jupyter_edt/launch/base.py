@@ -49,7 +49,8 @@ class ProcessSpec:
     so only the server's specs carry one.
 
     `node`: where a cluster launcher runs it (a Ray node id); None: wherever the launcher runs.
-    A local launcher has one node and ignores it."""
+    `gpus`: how many GPUs it holds in the cluster's accounting (None: one per device). A local
+    launcher has one node and ignores both."""
 
     job_id: str
     name: str  # "driver", "w0", ...: unique within the job, used for its log files
@@ -62,6 +63,7 @@ class ProcessSpec:
     one_log: bool = False
     account: Account | None = None
     node: str | None = None
+    gpus: int | None = None
 
 
 class ProcessHandle(ABC):
@@ -112,6 +114,16 @@ class Launcher(ABC):
 
         `started` tells that process from a later one with the same pid; `exit_code` reads its
         end from the caller's own record (its status file), since a non-parent cannot."""
+
+    def driver_env(self) -> dict[str, str]:
+        """What a driver this launcher starts needs in its environment to start its workers
+        through the same kind of launcher (`launch.workers_launcher` reads it)."""
+        return {}
+
+    def reachable_host(self) -> str:
+        """The address at which processes this launcher starts reach a server in this
+        process (a driver's store): loopback here, the node's address on a cluster."""
+        return "127.0.0.1"
 
     async def start(self, spec: ProcessSpec) -> ProcessHandle:
         return await asyncio.to_thread(self.start_sync, spec)

@@ -31,6 +31,10 @@ from .local import LocalLauncher, LocalProcess
 
 log = logging.getLogger(__name__)
 
+#: What a driver reads to start its workers through a RayLauncher (`Launcher.driver_env`).
+LAUNCHER_ENV = "EDT_LAUNCHER"
+ADDRESS_ENV = "EDT_RAY_ADDRESS"
+NAMESPACE_ENV = "EDT_RAY_NAMESPACE"
 #: The namespace keepers are named in, unless the launcher is given another.
 NAMESPACE = "jupyter-edt"
 #: How long one call to a keeper may take before it counts as unanswered.
@@ -163,6 +167,19 @@ class RayLauncher(Launcher):
         if self._keeper_class is None:
             self._keeper_class = ray.remote(Keeper)
 
+    def driver_env(self) -> dict[str, str]:
+        import ray
+
+        self.connect()
+        address = ray.get_runtime_context().gcs_address
+        return {LAUNCHER_ENV: "ray", ADDRESS_ENV: address, NAMESPACE_ENV: self.namespace}
+
+    def reachable_host(self) -> str:
+        import ray
+
+        self.connect()
+        return ray.util.get_node_ip_address()
+
     def node(self) -> str:
         """The Ray node this launcher runs on."""
         self.connect()
@@ -174,7 +191,7 @@ class RayLauncher(Launcher):
 
         self.connect()
         node = spec.node or _this_node()
-        gpus = 0 if spec.devices is None else len(spec.devices)
+        gpus = spec.gpus if spec.gpus is not None else len(spec.devices or ())
         keeper = self._keeper_class.options(
             name=keeper_name(spec),
             namespace=self.namespace,

@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,7 @@ from .store_keys import (
     release_key,
 )
 
-__all__ = ["LocalController", "WorkerCrashed"]
+__all__ = ["LocalController", "Placement", "WorkerCrashed"]
 
 
 class WorkerCrashed(RuntimeError):
@@ -73,6 +74,15 @@ class WorkerCrashed(RuntimeError):
         super().__init__(f"workers crashed: {dict(codes)}; see {log_dir}")
         self.codes = dict(codes)
         self.joiners = tuple(joiners)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a worker runs, for a launcher that places processes (Ray): its node (None: the
+    launcher's own) and how many GPUs it holds in the cluster's accounting."""
+
+    node: str | None = None
+    gpus: int = 0
 
 
 class LocalController:
@@ -97,6 +107,7 @@ class LocalController:
         cwd: str | os.PathLike[str] | None = None,
         launcher: Launcher | None = None,
         job_id: str = "",
+        store_host: str = "127.0.0.1",
     ) -> None:
         import torch.distributed as dist  # the controller hosts the store
 
@@ -110,8 +121,11 @@ class LocalController:
         self.timeout_s = timeout_s
         self.python = python
         self.extra_env = dict(env or {})
+        # The store listens on every address; workers reach it at `store_host` (this node's
+        # address, for workers on other nodes).
+        self.store_host = store_host
         self.store = dist.TCPStore(
-            "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
+            store_host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
         )
         self.port = self.store.port
         self.ctl: dict[str, int] = {"gen": 0, "hold": -1, "ckpt": 0}
@@ -127,17 +141,23 @@ class LocalController:
         self._monitor.start()
 
     # -- orders ------------------------------------------------------------------------------
-    def start(self, n: int, envs: Sequence[Mapping[str, str]] | None = None) -> tuple[str, ...]:
+    def start(
+        self,
+        n: int,
+        envs: Sequence[Mapping[str, str]] | None = None,
+        placements: Sequence[Placement] | None = None,
+    ) -> tuple[str, ...]:
         """Launch ``n`` workers as generation 1; ``envs[i]`` adds to worker i's environment
-        (its device, for one)."""
+        (its device, for one), ``placements[i]`` says where it runs."""
         envs = envs if envs is not None else [{}] * n
         if len(envs) != n:
             raise ValueError(f"envs must have one entry per worker ({n}), got {len(envs)}.")
+        places = _placements(placements, n)
         with self._lock:
             ids = tuple(self._new_id() for _ in range(n))
             self._publish(ids)
-            for w, env in zip(ids, envs, strict=True):
-                self._launch(w, env)
+            for w, env, place in zip(ids, envs, places, strict=True):
+                self._launch(w, env, place)
             return ids
 
     def scale(self, n: int, *, wait: bool = True) -> int:
@@ -150,9 +170,15 @@ class LocalController:
         return gen
 
     def resize(
-        self, keep: Sequence[str], joiners: Sequence[Mapping[str, str]], *, wait: bool = True
+        self,
+        keep: Sequence[str],
+        joiners: Sequence[Mapping[str, str]],
+        *,
+        wait: bool = True,
+        placements: Sequence[Placement] | None = None,
     ) -> tuple[int, tuple[str, ...]]:
-        """Keep the members in ``keep``, add one joiner per environment in ``joiners``.
+        """Keep the members in ``keep``, add one joiner per environment in ``joiners`` (placed
+        by ``placements``, one each).
 
         Joiners are started first and the generation is published only once they are ready, so
         the running workers pause for the re-form and state transfer alone. Returns the new
@@ -162,9 +188,10 @@ class LocalController:
             unknown = set(keep) - set(self.members)
             if unknown:
                 raise ValueError(f"keep names workers that are not members: {sorted(unknown)}")
+            places = _placements(placements, len(joiners))
             new = tuple(self._new_id() for _ in joiners)
-            for w, env in zip(new, joiners, strict=True):
-                self._launch(w, env)
+            for w, env, place in zip(new, joiners, places, strict=True):
+                self._launch(w, env, place)
             if new:
                 try:
                     self._wait_keys(
@@ -288,14 +315,18 @@ class LocalController:
         self.membership.append({"gen": gen, "members": list(members), "time": time.time()})
         return gen
 
-    def _launch(self, worker: str, worker_env: Mapping[str, str]) -> None:
+    def _launch(
+        self, worker: str, worker_env: Mapping[str, str], place: Placement = Placement()
+    ) -> None:
         env = {
-            "EDT_STORE": f"127.0.0.1:{self.port}",
+            "EDT_STORE": f"{self.store_host}:{self.port}",
             "EDT_WORKER_ID": worker,
             "RESULT_DIR": str(self.result_dir),  # the job contract's name (jobs/runner.py)
             "EDT_LOG_DIR": str(self.log_dir),
             "EDT_TIMEOUT_S": str(self.timeout_s),
-            "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+            # one machine: loopback; across nodes gloo finds the interface (or the deployment
+            # sets GLOO_SOCKET_IFNAME)
+            **_gloo_interface(self.store_host),
             **self.extra_env,
             **worker_env,
         }
@@ -308,6 +339,8 @@ class LocalController:
             env=env,
             devices=None,  # the caller names a worker's device in its env (``device_env``)
             one_log=True,
+            node=place.node,
+            gpus=place.gpus,
         )
         self.procs[worker] = self.launcher.start_sync(spec)
 
@@ -341,3 +374,17 @@ class LocalController:
                     self._publish(alive)
                 else:
                     self.members = ()
+
+
+def _placements(placements: Sequence[Placement] | None, n: int) -> Sequence[Placement]:
+    if placements is None:
+        return [Placement()] * n
+    if len(placements) != n:
+        raise ValueError(f"placements must have one entry per worker ({n}), got {len(placements)}.")
+    return placements
+
+
+def _gloo_interface(store_host: str) -> dict[str, str]:
+    if "GLOO_SOCKET_IFNAME" in os.environ:
+        return {"GLOO_SOCKET_IFNAME": os.environ["GLOO_SOCKET_IFNAME"]}
+    return {"GLOO_SOCKET_IFNAME": "lo"} if store_host.startswith("127.") else {}

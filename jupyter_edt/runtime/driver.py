@@ -32,8 +32,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..launch import workers_launcher
 from ..launch.local import merged_log_path
-from .control import LocalController, WorkerCrashed
+from .control import LocalController, Placement, WorkerCrashed
 from .jobdir import JobDir, checkpoints, process_start_time, read_json
 from .store_keys import formed_key
 
@@ -44,6 +45,12 @@ MAX_DEVICE_FAILURES = 2  # failed workers on one device before it is left idle
 # its worker down first, and the server's order to give it up follows within a reading or two.
 REPLACE_DELAY_S = 1.0
 SUSPEND_TIMEOUT_S = 120.0
+
+
+def placement(device: Mapping[str, Any]) -> Placement:
+    """Where the worker on `device` runs: the device's node (a cluster launcher pins it there;
+    a local one has one node), holding that one GPU."""
+    return Placement(node=device.get("node"), gpus=1)
 
 
 def device_env(device: Mapping[str, Any]) -> dict[str, str]:
@@ -95,6 +102,7 @@ class Driver:
         devices = orders.get("devices", [])
         if orders.get("action") != "run" or not devices:
             return self._exit(1, "the driver started without devices to run on")
+        launcher = workers_launcher()  # the kind that started this driver
         self.ctl = LocalController(
             self.job["program"],
             self.dir.result,
@@ -102,9 +110,13 @@ class Driver:
             cwd=self.dir.code,
             timeout_s=float(os.environ.get("EDT_TIMEOUT_S", "10")),
             job_id=self.job["id"],
+            launcher=launcher,
+            store_host=launcher.reachable_host(),
         )
         self.devices = devices
-        ids = self.ctl.start(len(devices), [device_env(d) for d in devices])
+        ids = self.ctl.start(
+            len(devices), [device_env(d) for d in devices], [placement(d) for d in devices]
+        )
         self.device_of = dict(zip(ids, devices, strict=True))
         self.status["state"] = "running"  # its processes are up; elastic once they form
         self._report()
@@ -194,7 +206,10 @@ class Driver:
         # state from the workers that leave once it has formed; otherwise nobody would hold it.
         try:
             gen, joiners = ctl.resize(
-                list(members) if moving else keep, [device_env(d) for d in new], wait=False
+                list(members) if moving else keep,
+                [device_env(d) for d in new],
+                wait=False,
+                placements=[placement(d) for d in new],
             )
         except WorkerCrashed as err:
             for w, d in zip(err.joiners, new, strict=True):
