@@ -28,17 +28,33 @@ from .scheduling.inventory import Inventory, VirtualInventory, open_inventory
 from .scheduling.monitor import InventoryMonitor
 from .scheduling.policy import POLICIES, Policy, ShareRules
 
+#: Short names `launcher_class` takes beside import paths.
+LAUNCHERS = {
+    "local": "jupyter_edt.launch.local.LocalLauncher",
+    "ray": "jupyter_edt.launch.ray.RayLauncher",
+}
+
+
+class LauncherType(Type):
+    """A Launcher subclass, its import path, or one of the `LAUNCHERS` names."""
+
+    def validate(self, obj: object, value: object) -> object:
+        if isinstance(value, str):
+            value = LAUNCHERS.get(value, value)
+        return super().validate(obj, value)
+
 
 class JobHost(LoggingConfigurable):
     """The traits of the job service, and its start and stop."""
 
     devices = Enum(
-        ["auto", "nvml", "virtual"],
+        ["auto", "nvml", "virtual", "ray"],
         default_value="auto",
         config=True,
         help="""Where devices come from. 'auto' uses the NVIDIA GPUs that NVML reports and
-        falls back to virtual GPUs when NVML is absent (no library, no driver, no GPU);
-        'nvml' fails instead of falling back; 'virtual' always uses virtual GPUs.""",
+        falls back to virtual GPUs when NVML is absent (no library, no driver, no GPU), or,
+        with the Ray launcher, the GPUs of the Ray cluster's nodes; 'nvml' fails instead of
+        falling back; 'virtual' always uses virtual GPUs; 'ray' the Ray cluster's GPUs.""",
     )
 
     virtual_gpus = Int(
@@ -59,12 +75,28 @@ class JobHost(LoggingConfigurable):
         `jupyter_edt.scheduling.policy.Policy` subclass of your own.""",
     )
 
-    launcher_class = Type(
+    launcher_class = LauncherType(
         default_value=LocalLauncher,
         klass=Launcher,
         config=True,
-        help="""Where the job service starts each job's driver: a `jupyter_edt.launch.base.Launcher`
-        subclass (or its import path). The default runs it as a process on this machine.""",
+        help="""Where the job service starts each job's processes: 'local' (processes on this
+        machine, the default), 'ray' (on the nodes of the Ray cluster at `ray_address`, each
+        worker on the node of its GPU), or a `jupyter_edt.launch.base.Launcher` subclass or
+        its import path.""",
+    )
+
+    ray_address = Unicode(
+        "auto",
+        config=True,
+        help="""The Ray cluster the 'ray' launcher uses, as `ray.init` takes it: 'auto' (the
+        cluster this machine's `ray start` joined), 'host:port' of its head, or 'ray://...'.""",
+    )
+
+    ray_namespace = Unicode(
+        "jupyter-edt",
+        config=True,
+        help="""The Ray namespace jobs' processes are named in: a restarted service finds the
+        running ones there. Give each service sharing a cluster its own.""",
     )
 
     database_url = Unicode(
@@ -240,8 +272,10 @@ class JobHost(LoggingConfigurable):
     def open_job_service(self) -> JobService:
         """Read the devices, open the store and make the job service (nothing runs yet)."""
         rules = self.share_rules()
-        self.inventory = open_inventory(self.devices, self.virtual_gpus, logger=self.log)
-        if self.inventory.source == "virtual":
+        self.inventory = self.open_inventory()
+        if self.inventory.source == "ray":
+            self.log.info("jupyter-edt: scheduling on the GPUs of the Ray cluster's nodes.")
+        elif self.inventory.source == "virtual":
             self.log.info(
                 "jupyter-edt: scheduling on %d virtual GPUs (CPU worker slots).",
                 self.virtual_gpus,
@@ -270,10 +304,29 @@ class JobHost(LoggingConfigurable):
         user without one); None: every job runs as this process's own account."""
         return None
 
+    def uses_ray(self) -> bool:
+        from .launch.ray import RayLauncher
+
+        return issubclass(self.launcher_class, RayLauncher)
+
+    def open_inventory(self) -> Inventory:
+        """The devices' source: the Ray cluster's GPUs with the Ray launcher (unless
+        `devices` says otherwise), else NVML's or virtual ones."""
+        if self.devices == "ray" or (self.devices == "auto" and self.uses_ray()):
+            from .scheduling.ray_inventory import RayInventory
+
+            return RayInventory(self.ray_address, namespace=self.ray_namespace)
+        return open_inventory(self.devices, self.virtual_gpus, logger=self.log)
+
+    def make_launcher(self) -> Launcher:
+        if self.uses_ray():
+            return self.launcher_class(self.ray_address, namespace=self.ray_namespace)
+        return self.launcher_class()
+
     def make_runner(self) -> DriverRunner:
         account_of = self.account_of()
         return DriverRunner(
-            self.launcher_class(),
+            self.make_launcher(),
             self.jobs_dir,
             python=self.job_python,
             driver_module=self.driver_module,

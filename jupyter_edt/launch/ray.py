@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -39,6 +40,8 @@ NAMESPACE_ENV = "EDT_RAY_NAMESPACE"
 NAMESPACE = "jupyter-edt"
 #: How long one call to a keeper may take before it counts as unanswered.
 CALL_TIMEOUT_S = 10.0
+#: How often a handle asks its keeper whether the process has ended.
+ASK_EVERY_S = 0.05
 #: The exit code of a process whose keeper is gone (its node died): as if SIGKILLed.
 LOST = -signal.SIGKILL
 
@@ -94,8 +97,10 @@ def _this_node() -> str:
 
 
 class RayProcess(ProcessHandle):
-    """A process kept by a keeper actor. Its exit code is asked of the keeper, and remembered;
-    once known, the keeper is finished."""
+    """A process kept by a keeper actor. Its exit code is asked of the keeper (at most every
+    `ASK_EVERY_S`: a controller polls its workers every few milliseconds) and remembered; once
+    it is known, the keeper kills what is left of the process's group and ends, giving its
+    GPUs back to Ray."""
 
     def __init__(self, spec: ProcessSpec, keeper: Any, pid: int, node: str) -> None:
         self.spec = spec
@@ -103,29 +108,30 @@ class RayProcess(ProcessHandle):
         self.node = node
         self._keeper = keeper
         self._code: int | None = None
+        self._asked = float("-inf")
 
     @property
     def returncode(self) -> int | None:
         if self._code is not None:
             return self._code
+        now = time.monotonic()
+        if now - self._asked < ASK_EVERY_S:
+            return None
+        self._asked = now
         code = self._call("returncode", default=LOST)
         if code is not None:
             self._code = code
+            self._finish()
         return code
 
     def send_signal(self, sig: int) -> None:
-        if self._code is not None and sig == signal.SIGKILL:
-            self._finish()  # after its end: the leftovers, and the keeper
-            return
-        self._call("send_signal", sig, default=None)
+        if self._code is None:
+            self._call("send_signal", sig, default=None)
 
     def _finish(self) -> None:
-        import ray
-
+        """The keeper kills the group's leftovers and ends; not waited for."""
         with contextlib.suppress(Exception):
-            ray.get(self._keeper.finish.remote(), timeout=CALL_TIMEOUT_S)
-        with contextlib.suppress(Exception):
-            ray.kill(self._keeper)
+            self._keeper.finish.remote()
 
     def _call(self, method: str, *args: Any, default: Any) -> Any:
         """Call the keeper; `default` when it is gone (its node died), None when it did not

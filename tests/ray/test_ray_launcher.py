@@ -51,8 +51,9 @@ def test_a_process_runs_on_its_node_with_its_gpu_and_logs(cluster, launcher, tmp
     assert handle.wait_sync(60) == 3
     out, err = log_paths(tmp_path / "logs", "w0")
     assert out.read_text() == "cvd=1 job=j1\n" and err.read_text() == "oops\n"
-    handle.send_signal(signal.SIGKILL)  # after its end, as Launcher.stop does: the keeper goes
+    # its end seen, the keeper goes, and its GPU with it
     eventually_sync(lambda: not keeper_exists("j1/w0"), "the keeper ended")
+    eventually_sync(lambda: ray.available_resources().get("GPU") == 4.0, "the GPU given back")
 
 
 def test_keepers_hold_rays_gpus_on_their_node(cluster, launcher, tmp_path):

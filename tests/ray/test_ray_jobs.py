@@ -1,0 +1,105 @@
+"""Jobs on a Ray cluster through a real `jupyter edt serve` with the Ray launcher: the
+devices are the nodes' GPUs, and each worker runs on the node of its GPU, kept by its actor."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+import pytest
+import ray
+from edtservice import ServiceProcess, call
+from jobprograms import DEADLINE_S, program
+from waiting import eventually_sync
+
+NAMESPACE = "edt-ray-jobs"
+TOKEN = secrets.token_hex(16)
+
+
+@pytest.fixture(scope="module")
+def service(cluster, tmp_path_factory):
+    root = tmp_path_factory.mktemp("ray-serve")
+    tokens = root / "tokens.json"
+    tokens.write_text(json.dumps({"alice": {"tokens": [TOKEN]}}))
+    tokens.chmod(0o600)
+    process = ServiceProcess(
+        root,
+        {
+            "authenticator_class": "jupyter_edt.serve.auth.TokenFileAuthenticator",
+            "launcher_class": "ray",
+            "ray_address": cluster.address,
+            "ray_namespace": NAMESPACE,
+            "min_rescale_interval": 0.0,
+            "refresh_interval": 0.5,
+            "run_as_users": False,
+            "allow_shared_account": True,
+        },
+    )
+    process.settings["TokenFileAuthenticator.tokens_file"] = str(tokens)
+    process.start()
+    yield process
+    process.stop()
+
+
+def api(service, method: str, path: str, body=None):
+    status, answer, _ = call(service.url, method, f"edt/api/v1/{path}", TOKEN, body)
+    assert status < 300, (status, answer, service.log())
+    return answer
+
+
+def job_state(service, job_id: str) -> dict:
+    return api(service, "GET", f"jobs/{job_id}")
+
+
+def keeper_node(job_id: str, worker: str) -> str | None:
+    try:
+        actor = ray.get_actor(f"{job_id}/{worker}", namespace=NAMESPACE)
+    except ValueError:
+        return None
+    return ray.get(actor.identity.remote(), timeout=30)["node"]
+
+
+def test_the_clusters_gpus_are_the_devices(cluster, service):
+    answer = api(service, "GET", "cluster")
+    assert answer["source"] == "ray"
+    nodes = {n.node_id for n in cluster.nodes}
+    assert {d["node"] for d in answer["devices"]} == nodes
+    assert len(answer["devices"]) == 4
+
+
+def test_a_job_over_both_nodes_runs_each_worker_on_its_gpus_node(cluster, service):
+    job = api(
+        service,
+        "POST",
+        "jobs",
+        {"code": program(3, samples=48, delay=0.02), "max_gpus": 4, "name": "two-nodes"},
+    )
+    running = eventually_sync(
+        lambda: job_state(service, job["id"]),
+        "the job running on 4 GPUs",
+        until=lambda j: j["state"] == "RUNNING" and len(j["devices"]) == 4,
+        timeout=DEADLINE_S,
+    )
+    devices = {d["id"]: d for d in api(service, "GET", "cluster")["devices"]}
+    nodes_of_job = sorted(devices[d]["node"] for d in running["devices"])
+    assert len(set(nodes_of_job)) == 2  # both nodes
+    workers = [f"w{i}" for i in range(4)]
+    placed = sorted(
+        eventually_sync(lambda w=w: keeper_node(job["id"], w), f"worker {w}'s keeper")
+        for w in workers
+    )
+    assert placed == nodes_of_job
+    done = eventually_sync(
+        lambda: job_state(service, job["id"]),
+        "the job finished",
+        until=lambda j: j["state"] in ("SUCCEEDED", "FAILED"),
+        timeout=DEADLINE_S,
+    )
+    assert done["state"] == "SUCCEEDED", (done, service.log())
+    logs = call(service.url, "GET", f"edt/api/v1/jobs/{job['id']}/logs", TOKEN)[1]
+    assert logs
+    # keepers end with their processes: their GPUs are free again
+    eventually_sync(
+        lambda: ray.available_resources().get("GPU", 0.0) == 4.0,
+        "the job's GPUs given back to Ray",
+    )
