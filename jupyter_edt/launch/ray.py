@@ -228,5 +228,7 @@ class RayLauncher(Launcher):
         except Exception:  # no such keeper, or it is gone with its node
             return None
         if (kept["pid"], kept["started"]) != (pid, started):
+            with contextlib.suppress(Exception):  # it keeps another, or an ended, process
+                keeper.finish.remote()
             return None
         return RayProcess(spec, keeper, pid, kept["node"])

@@ -51,12 +51,18 @@ def job_state(service, job_id: str) -> dict:
     return api(service, "GET", f"jobs/{job_id}")
 
 
-def keeper_node(job_id: str, worker: str) -> str | None:
+def kept(job_id: str, process: str) -> dict | None:
+    """What the keeper of a job's process says of it: pid, start time, node."""
     try:
-        actor = ray.get_actor(f"{job_id}/{worker}", namespace=NAMESPACE)
+        actor = ray.get_actor(f"{job_id}/{process}", namespace=NAMESPACE)
     except ValueError:
         return None
-    return ray.get(actor.identity.remote(), timeout=30)["node"]
+    return ray.get(actor.identity.remote(), timeout=30)
+
+
+def keeper_node(job_id: str, worker: str) -> str | None:
+    process = kept(job_id, worker)
+    return None if process is None else process["node"]
 
 
 def test_the_clusters_gpus_are_the_devices(cluster, service):
@@ -67,7 +73,7 @@ def test_the_clusters_gpus_are_the_devices(cluster, service):
     assert len(answer["devices"]) == 4
 
 
-def test_a_job_over_both_nodes_runs_each_worker_on_its_gpus_node(cluster, service):
+def test_a_job_over_both_nodes_runs_each_worker_on_its_gpus_node_across_a_restart(cluster, service):
     job = api(
         service,
         "POST",
@@ -89,6 +95,14 @@ def test_a_job_over_both_nodes_runs_each_worker_on_its_gpus_node(cluster, servic
         for w in workers
     )
     assert placed == nodes_of_job
+    # The service restarts while the job runs: it finds the driver's keeper again, and the
+    # same processes go on.
+    driver = kept(job["id"], "driver")
+    assert driver is not None and driver["node"] == ray.get_runtime_context().get_node_id()
+    assert service.stop() == 0
+    service.start()
+    assert job_state(service, job["id"])["state"] == "RUNNING"
+    assert kept(job["id"], "driver") == driver
     done = eventually_sync(
         lambda: job_state(service, job["id"]),
         "the job finished",
@@ -96,6 +110,7 @@ def test_a_job_over_both_nodes_runs_each_worker_on_its_gpus_node(cluster, servic
         timeout=DEADLINE_S,
     )
     assert done["state"] == "SUCCEEDED", (done, service.log())
+    assert done["restarts"] == 0  # re-attached, never resumed
     logs = call(service.url, "GET", f"edt/api/v1/jobs/{job['id']}/logs", TOKEN)[1]
     assert logs
     # keepers end with their processes: their GPUs are free again
