@@ -118,3 +118,36 @@ def test_a_job_over_both_nodes_runs_each_worker_on_its_gpus_node_across_a_restar
         lambda: ray.available_resources().get("GPU", 0.0) == 4.0,
         "the job's GPUs given back to Ray",
     )
+
+
+def test_a_node_that_dies_mid_run_leaves_the_job_on_the_other_node(cluster, service, restore):
+    job = api(
+        service,
+        "POST",
+        "jobs",
+        {"code": program(4, samples=48, delay=0.02), "max_gpus": 4, "name": "node-loss"},
+    )
+    eventually_sync(
+        lambda: job_state(service, job["id"]),
+        "the job elastic on 4 GPUs",
+        until=lambda j: j["state"] == "RUNNING" and j["elastic"] and len(j["devices"]) == 4,
+        timeout=DEADLINE_S,
+    )
+    lost = cluster.nodes[1]
+    cluster.remove_node(lost, allow_graceful=False)  # a crash
+    survivors = eventually_sync(
+        lambda: job_state(service, job["id"]),
+        "the job on the remaining node's 2 GPUs",
+        until=lambda j: j["state"] == "RUNNING" and len(j["devices"]) == 2,
+        timeout=DEADLINE_S,
+    )
+    devices = {d["id"]: d for d in api(service, "GET", "cluster")["devices"]}
+    assert {devices[d]["node"] for d in survivors["devices"]} == {cluster.nodes[0].node_id}
+    done = eventually_sync(
+        lambda: job_state(service, job["id"]),
+        "the job finished",
+        until=lambda j: j["state"] in ("SUCCEEDED", "FAILED"),
+        timeout=DEADLINE_S,
+    )
+    assert done["state"] == "SUCCEEDED", (done, service.log())
+    assert done["restarts"] == 0  # shrunk in place, never restarted
