@@ -45,6 +45,7 @@ const CLUSTER: ClusterInfo = {
     {
       id: 'gpu0',
       index: 0,
+      node: 'lab1',
       uuid: 'GPU-1234',
       name: 'NVIDIA H200',
       memory_total: 150000000000,
@@ -99,6 +100,7 @@ describe('requestAPI', () => {
         {
           id: 'gpu0',
           index: 0,
+          node: 'lab1',
           uuid: 'virtual-0',
           name: 'Virtual GPU 0',
           memory_total: null,

@@ -12,6 +12,7 @@ function device(overrides: Partial<Device> = {}): Device {
   return {
     id: 'gpu0',
     index: 0,
+    node: 'lab1',
     uuid: 'GPU-0',
     name: 'NVIDIA H200',
     memory_total: 80 * GiB,

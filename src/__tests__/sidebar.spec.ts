@@ -49,6 +49,7 @@ const CLUSTER: ClusterInfo = {
   devices: [0, 1].map(index => ({
     id: `gpu${index}`,
     index,
+    node: 'lab1',
     uuid: `virtual-${index}`,
     name: `Virtual GPU ${index}`,
     memory_total: null,

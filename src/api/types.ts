@@ -65,6 +65,8 @@ export interface Device {
   id: string;
   /** Index of the device on its machine. */
   index: number;
+  /** Its machine: the host name, or the Ray node id. */
+  node: string;
   /** NVML UUID ("GPU-...") or "virtual-N". */
   uuid: string;
   /** Human name, e.g. "NVIDIA H200" or "Virtual GPU 0". */
