@@ -92,6 +92,15 @@ class JobHost(LoggingConfigurable):
         cluster this machine's `ray start` joined), 'host:port' of its head, or 'ray://...'.""",
     )
 
+    ray_shared_filesystem = Bool(
+        False,
+        config=True,
+        help="""Whether every Ray node sees `jobs_dir` at the same path (NFS, say). Without one
+        (the default), a process placed on another node runs in a copy of its job directory
+        there (its code, the newest checkpoint), and what it writes (events, logs,
+        checkpoints, the result) is copied back as it goes.""",
+    )
+
     ray_namespace = Unicode(
         "jupyter-edt",
         config=True,
@@ -320,7 +329,11 @@ class JobHost(LoggingConfigurable):
 
     def make_launcher(self) -> Launcher:
         if self.uses_ray():
-            return self.launcher_class(self.ray_address, namespace=self.ray_namespace)
+            return self.launcher_class(
+                self.ray_address,
+                namespace=self.ray_namespace,
+                shared_fs=self.ray_shared_filesystem,
+            )
         return self.launcher_class()
 
     def make_runner(self) -> DriverRunner:

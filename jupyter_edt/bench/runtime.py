@@ -14,6 +14,11 @@ Measures, on CPU with gloo, for a ~10M-parameter MLP trained with Adam (state to
 - ``equivalence_max_abs_diff``: final parameters of the elastic run (2 -> 3 -> 2 -> kill -> 1)
   versus a fixed 2-worker run.
 
+With ``--launcher ray`` it starts a local Ray cluster (2 nodes x 2 logical GPUs) and measures the
+grow, shrink and recovery figures with the workers placed across its two nodes by the Ray
+launcher (``ray_*``), beside the same figures with local processes (``local_*``), in one run;
+the DDP A/B is left out.
+
 The same file is the workers' program (``--program``).
 """
 
@@ -137,15 +142,27 @@ def _runtime_fixed(cfg: argparse.Namespace, out: Path) -> float:
     return cfg.batch / _median_interval([e["time"] for e in steps])
 
 
-def _runtime_elastic(cfg: argparse.Namespace, out: Path) -> dict[str, float]:
+def _runtime_elastic(
+    cfg: argparse.Namespace, out: Path, launcher: Any = None, nodes: tuple[str, str] | None = None
+) -> dict[str, float]:
+    """2 workers, grow to 3, shrink to 2, SIGKILL one. With `nodes`, the first worker and the
+    joiner run on the first node, the second worker (the one killed) on the other."""
     from jupyter_edt.runtime import LocalController
+    from jupyter_edt.runtime.control import Placement
+
+    def on(i: int) -> Placement:
+        return Placement() if nodes is None else Placement(node=nodes[i], gpus=1)
 
     h1, h2, h3 = cfg.steps // 4, cfg.steps // 2, 3 * cfg.steps // 4
-    with LocalController(_job_args(cfg), out, timeout_s=30) as ctl:
+    where: dict[str, Any] = {}
+    if launcher is not None:
+        where = {"launcher": launcher, "store_host": launcher.reachable_host()}
+    with LocalController(_job_args(cfg), out, timeout_s=30, **where) as ctl:
         ctl.hold(h1)
-        ctl.start(2)
+        ctl.start(2, placements=[on(0), on(1)])
         ctl.wait_held(h1)
-        gen = ctl.scale(3, wait=False)  # the joiner imports and builds its model first
+        # the joiner imports and builds its model first
+        gen, _ = ctl.resize(ctl.members, [{}], wait=False, placements=[on(0)])
         ctl.hold(h2)
         ctl.release(h1)
         grow = ctl.wait_formed(gen)
@@ -185,6 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hidden", type=int, default=None)
     ap.add_argument("--n-in", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=None, help="A/B rounds (default 3, quick 1)")
+    ap.add_argument(
+        "--launcher",
+        choices=["local", "ray"],
+        default="local",
+        help="ray: the rescale figures across two nodes of a local Ray cluster, beside local",
+    )
     cfg = ap.parse_args(argv)
     if cfg.program:
         _program(cfg)
@@ -194,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg.steps = cfg.steps or (16 if cfg.quick else 40)
     cfg.rounds = cfg.rounds or (1 if cfg.quick else 3)
     params = sum(p.numel() for p in _model(cfg.n_in, cfg.hidden).parameters())
+    if cfg.launcher == "ray":
+        result = {"params": params, **_across_ray_nodes(cfg)}
+        _print(result, cfg.json)
+        return 0
     with tempfile.TemporaryDirectory(prefix="edt-bench-") as tmp:
         base = Path(tmp)
         ddp, ours = [], []
@@ -217,12 +244,39 @@ def main(argv: list[str] | None = None) -> int:
         **elastic,
         "equivalence_max_abs_diff": diff,
     }
-    if cfg.json:
+    _print(result, cfg.json)
+    return 0
+
+
+def _across_ray_nodes(cfg: argparse.Namespace) -> dict[str, Any]:
+    """The elastic run with local processes, then on two nodes of a local Ray cluster."""
+    from jupyter_edt.bench.raycluster import ray_cluster
+    from jupyter_edt.launch.ray import RayLauncher
+
+    with tempfile.TemporaryDirectory(prefix="edt-bench-") as tmp:
+        base = Path(tmp)
+        local = _runtime_elastic(cfg, base / "local")
+        with ray_cluster(nodes=2, gpus_per_node=2) as cluster:
+            launcher = RayLauncher(cluster.address, namespace="edt-bench")
+            launcher.connect()
+            a, b = (n.node_id for n in cluster.nodes)
+            ray = _runtime_elastic(cfg, base / "ray", launcher, (a, b))
+        x = torch.load(base / "local" / "model" / "model_epoch_final.pth")
+        y = torch.load(base / "ray" / "model" / "model_epoch_final.pth")
+        diff = max(float((x[k] - y[k]).abs().max()) for k in x)
+    return {
+        **{f"local_{k}": v for k, v in local.items()},
+        **{f"ray_{k}": v for k, v in ray.items()},
+        "ray_vs_local_max_abs_diff": diff,
+    }
+
+
+def _print(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
         print(json.dumps(result))
     else:
         for k, v in result.items():
             print(f"{k:>26}: {v}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -16,9 +16,13 @@ def workers_launcher(env: Mapping[str, str] | None = None) -> Launcher:
     env = os.environ if env is None else env
     kind = env.get("EDT_LAUNCHER", "local")
     if kind == "ray":
-        from .ray import ADDRESS_ENV, NAMESPACE_ENV, RayLauncher
+        from .ray import ADDRESS_ENV, NAMESPACE_ENV, SHARED_FS_ENV, RayLauncher
 
-        return RayLauncher(env[ADDRESS_ENV], namespace=env.get(NAMESPACE_ENV, "jupyter-edt"))
+        return RayLauncher(
+            env[ADDRESS_ENV],
+            namespace=env.get(NAMESPACE_ENV, "jupyter-edt"),
+            shared_fs=env.get(SHARED_FS_ENV) == "1",
+        )
     if kind != "local":
         raise ValueError(f"EDT_LAUNCHER must be 'local' or 'ray', got {kind!r}.")
     from .local import LocalLauncher

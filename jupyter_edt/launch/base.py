@@ -50,7 +50,9 @@ class ProcessSpec:
 
     `node`: where a cluster launcher runs it (a Ray node id); None: wherever the launcher runs.
     `gpus`: how many GPUs it holds in the cluster's accounting (None: one per device). A local
-    launcher has one node and ignores both."""
+    launcher has one node and ignores both. `job_dir`: the job directory below which its
+    working directory, logs and results lie, which a cluster launcher copies to a node that
+    does not share this file system, and back."""
 
     job_id: str
     name: str  # "driver", "w0", ...: unique within the job, used for its log files
@@ -64,6 +66,7 @@ class ProcessSpec:
     account: Account | None = None
     node: str | None = None
     gpus: int | None = None
+    job_dir: Path | None = None
 
 
 class ProcessHandle(ABC):

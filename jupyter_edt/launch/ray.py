@@ -9,6 +9,10 @@ code, delivers signals to its whole process group, and kills what is left of the
 it goes. The process dies with its keeper (`PR_SET_PDEATHSIG`), so a node that fails takes
 its processes with it, as a real machine would.
 
+No file system is assumed shared: a process placed on another node than the launcher's runs in
+a copy of its job directory there, and what it writes comes back with each poll of its keeper
+(`launch/mirror.py`), unless the launcher is told `shared_fs`.
+
 Keepers are named ``<job id>/<process name>`` in the launcher's namespace and outlive the
 service (`lifetime="detached"`), so a restarted service finds a running job's processes again
 (`adopt`). A keeper that cannot be reached (its node died) counts as a process killed by
@@ -21,14 +25,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from .accounts import current_account, hand_over
 from .base import Launcher, ProcessHandle, ProcessSpec
 from .local import LocalLauncher, LocalProcess
+from .mirror import Chunk, Mirror, apply, pack
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +45,16 @@ log = logging.getLogger(__name__)
 LAUNCHER_ENV = "EDT_LAUNCHER"
 ADDRESS_ENV = "EDT_RAY_ADDRESS"
 NAMESPACE_ENV = "EDT_RAY_NAMESPACE"
+SHARED_FS_ENV = "EDT_RAY_SHARED_FS"
 #: The namespace keepers are named in, unless the launcher is given another.
 NAMESPACE = "jupyter-edt"
 #: How long one call to a keeper may take before it counts as unanswered.
 CALL_TIMEOUT_S = 10.0
 #: How often a handle asks its keeper whether the process has ended.
 ASK_EVERY_S = 0.05
+#: How long a keeper may stay unreachable before its process counts as lost (past the time
+#: Ray takes to declare a silent node dead, when calls fail with ActorDiedError instead).
+UNREACHABLE_S = 60.0
 #: The exit code of a process whose keeper is gone (its node died): as if SIGKILLed.
 LOST = -signal.SIGKILL
 
@@ -51,30 +64,47 @@ def keeper_name(spec: ProcessSpec) -> str:
 
 
 class Keeper:
-    """The actor that keeps one process (made a Ray actor class by `RayLauncher`)."""
+    """The actor that keeps one process (made a Ray actor class by `RayLauncher`). Given its
+    job directory `packed`, it runs the process in a copy of it on this node (`Mirror`), and
+    each `poll` returns what the process wrote there since the last."""
 
     def __init__(self) -> None:
         self._launcher = LocalLauncher(own_session=True, die_with_parent=True)
         self._process: LocalProcess | None = None
+        self._mirror: Mirror | None = None
 
-    def start(self, spec: ProcessSpec) -> dict[str, Any]:
+    def start(
+        self, spec: ProcessSpec, job_dir: str | None = None, packed: bytes | None = None
+    ) -> dict[str, Any]:
         from ..runtime.jobdir import process_start_time
 
+        if job_dir is not None and packed is not None:
+            root = Path(tempfile.mkdtemp(prefix=f"edt-{spec.job_id}-{spec.name}-"))
+            self._mirror = Mirror(root, Path(job_dir))
+            self._mirror.unpack(packed)
+            if spec.account is not None:
+                hand_over(root, spec.account)
+            spec = self._mirror.relocate(spec)
         self._process = self._launcher.start_sync(spec)
         pid = self._process.pid
         return {"pid": pid, "started": process_start_time(pid), "node": _this_node()}
 
-    def identity(self) -> dict[str, Any]:
-        """Which process it keeps: pid, start time (with the pid, one process) and node."""
+    def poll(self) -> tuple[int | None, list[Chunk]]:
+        """The process's exit code (None while it runs), and what it wrote since the last
+        poll (after its end: everything it wrote)."""
+        assert self._process is not None
+        code = self._process.returncode
+        return code, [] if self._mirror is None else self._mirror.collect()
+
+    def identity(self) -> dict[str, Any] | None:
+        """Which process it keeps: pid, start time (with the pid, one process) and node; None
+        before it has started one."""
         from ..runtime.jobdir import process_start_time
 
-        assert self._process is not None
+        if self._process is None:
+            return None
         pid = self._process.pid
         return {"pid": pid, "started": process_start_time(pid), "node": _this_node()}
-
-    def returncode(self) -> int | None:
-        assert self._process is not None
-        return self._process.returncode
 
     def send_signal(self, sig: int) -> None:
         assert self._process is not None
@@ -87,6 +117,8 @@ class Keeper:
 
         if self._process is not None:
             self._process.send_signal(signal.SIGKILL)
+        if self._mirror is not None:
+            self._mirror.remove()
         ray.actor.exit_actor()
 
 
@@ -102,13 +134,16 @@ class RayProcess(ProcessHandle):
     it is known, the keeper kills what is left of the process's group and ends, giving its
     GPUs back to Ray."""
 
-    def __init__(self, spec: ProcessSpec, keeper: Any, pid: int, node: str) -> None:
+    def __init__(
+        self, spec: ProcessSpec, keeper: Any, pid: int, node: str, code: int | None = None
+    ) -> None:
         self.spec = spec
-        self.pid = pid
+        self.pid = pid  # -1: it never started (`code` is then its end)
         self.node = node
         self._keeper = keeper
-        self._code: int | None = None
+        self._code: int | None = code
         self._asked = float("-inf")
+        self._unreachable_since: float | None = None
 
     @property
     def returncode(self) -> int | None:
@@ -118,7 +153,15 @@ class RayProcess(ProcessHandle):
         if now - self._asked < ASK_EVERY_S:
             return None
         self._asked = now
-        code = self._call("returncode", default=LOST)
+        polled = self._call("poll", default=(LOST, []))
+        if polled is None:
+            return None  # not answered in time: ask again later
+        code, chunks = polled
+        if chunks and self.spec.job_dir is not None:
+            try:
+                apply(self.spec.job_dir, chunks)
+            except (OSError, ValueError) as err:
+                log.warning("What %s wrote on its node was not copied back: %s", self.pid, err)
         if code is not None:
             self._code = code
             self._finish()
@@ -130,21 +173,28 @@ class RayProcess(ProcessHandle):
 
     def _finish(self) -> None:
         """The keeper kills the group's leftovers and ends; not waited for."""
-        with contextlib.suppress(Exception):
-            self._keeper.finish.remote()
+        if self._keeper is not None:
+            with contextlib.suppress(Exception):
+                self._keeper.finish.remote()
 
     def _call(self, method: str, *args: Any, default: Any) -> Any:
-        """Call the keeper; `default` when it is gone (its node died), None when it did not
-        answer in time (it may yet)."""
+        """Call the keeper; `default` when it is gone (it died, or stayed unreachable for
+        `UNREACHABLE_S`: its node died), None when it did not answer this time (it may yet:
+        Ray says an actor is unavailable for a while when its node is busy, too)."""
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
         try:
-            return ray.get(getattr(self._keeper, method).remote(*args), timeout=CALL_TIMEOUT_S)
-        except GetTimeoutError:
-            return None
-        except RayActorError:  # ActorDiedError, ActorUnavailableError
+            answer = ray.get(getattr(self._keeper, method).remote(*args), timeout=CALL_TIMEOUT_S)
+        except (GetTimeoutError, ActorUnavailableError):
+            now = time.monotonic()
+            if self._unreachable_since is None:
+                self._unreachable_since = now
+            return default if now - self._unreachable_since > UNREACHABLE_S else None
+        except RayActorError:  # ActorDiedError: its process, or its node, died
             return default
+        self._unreachable_since = None
+        return answer
 
 
 class RayLauncher(Launcher):
@@ -155,9 +205,12 @@ class RayLauncher(Launcher):
     connects on first use, unless this process is already connected.
     """
 
-    def __init__(self, address: str | None = "auto", namespace: str = NAMESPACE) -> None:
+    def __init__(
+        self, address: str | None = "auto", namespace: str = NAMESPACE, shared_fs: bool = False
+    ) -> None:
         self.address = address
         self.namespace = namespace
+        self.shared_fs = shared_fs
         self._keeper_class: Any = None
 
     def connect(self) -> None:
@@ -178,7 +231,12 @@ class RayLauncher(Launcher):
 
         self.connect()
         address = ray.get_runtime_context().gcs_address
-        return {LAUNCHER_ENV: "ray", ADDRESS_ENV: address, NAMESPACE_ENV: self.namespace}
+        return {
+            LAUNCHER_ENV: "ray",
+            ADDRESS_ENV: address,
+            NAMESPACE_ENV: self.namespace,
+            SHARED_FS_ENV: "1" if self.shared_fs else "0",
+        }
 
     def reachable_host(self) -> str:
         import ray
@@ -193,11 +251,19 @@ class RayLauncher(Launcher):
 
     def start_sync(self, spec: ProcessSpec) -> RayProcess:
         import ray
+        from ray.exceptions import ActorUnschedulableError, GetTimeoutError, RayActorError
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.connect()
-        node = spec.node or _this_node()
+        here = _this_node()
+        node = spec.node or here
         gpus = spec.gpus if spec.gpus is not None else len(spec.devices or ())
+        if spec.account is None and os.geteuid() != 0:
+            # a keeper may run as root: the process runs as whoever asked for it
+            spec = replace(spec, account=current_account())
+        copy: tuple[str | None, Any] = (None, None)
+        if spec.job_dir is not None and node != here and not self.shared_fs:
+            copy = (str(spec.job_dir), ray.put(pack(spec.job_dir)))
         keeper = self._keeper_class.options(
             name=keeper_name(spec),
             namespace=self.namespace,
@@ -208,7 +274,14 @@ class RayLauncher(Launcher):
             max_restarts=0,
         ).remote()
         try:
-            started = ray.get(keeper.start.remote(replace(spec, node=node)), timeout=120)
+            started = ray.get(keeper.start.remote(replace(spec, node=node), *copy), timeout=120)
+        except (ActorUnschedulableError, RayActorError, GetTimeoutError) as err:
+            # its node is gone (the inventory has not caught up yet) or never made room: to
+            # the caller, a process that died at once, as on a GPU that fails
+            log.warning("%s could not start on Ray node %s: %s", keeper_name(spec), node, err)
+            with contextlib.suppress(Exception):
+                ray.kill(keeper)
+            return RayProcess(spec, None, -1, node, code=LOST)
         except BaseException:
             with contextlib.suppress(Exception):
                 ray.kill(keeper)
@@ -227,7 +300,7 @@ class RayLauncher(Launcher):
             kept = ray.get(keeper.identity.remote(), timeout=CALL_TIMEOUT_S)
         except Exception:  # no such keeper, or it is gone with its node
             return None
-        if (kept["pid"], kept["started"]) != (pid, started):
+        if kept is None or (kept["pid"], kept["started"]) != (pid, started):
             with contextlib.suppress(Exception):  # it keeps another, or an ended, process
                 keeper.finish.remote()
             return None

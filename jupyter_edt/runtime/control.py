@@ -108,6 +108,7 @@ class LocalController:
         launcher: Launcher | None = None,
         job_id: str = "",
         store_host: str = "127.0.0.1",
+        job_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         import torch.distributed as dist  # the controller hosts the store
 
@@ -124,6 +125,7 @@ class LocalController:
         # The store listens on every address; workers reach it at `store_host` (this node's
         # address, for workers on other nodes).
         self.store_host = store_host
+        self.job_dir = Path(job_dir) if job_dir is not None else None
         self.store = dist.TCPStore(
             store_host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
         )
@@ -131,6 +133,7 @@ class LocalController:
         self.ctl: dict[str, int] = {"gen": 0, "hold": -1, "ckpt": 0}
         self.store.set(CTL, json.dumps(self.ctl))
         self.procs: dict[str, ProcessHandle] = {}
+        self._ended: set[str] = set()  # workers not in the group whose end has been seen
         self.members: tuple[str, ...] = ()
         self.membership: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []
@@ -341,6 +344,7 @@ class LocalController:
             one_log=True,
             node=place.node,
             gpus=place.gpus,
+            job_dir=self.job_dir,
         )
         self.procs[worker] = self.launcher.start_sync(spec)
 
@@ -354,6 +358,7 @@ class LocalController:
         stuck_since: float | None = None
         while not self._stop.wait(0.02):
             with self._lock:
+                self._reap_leavers()
                 gen = self.ctl["gen"]
                 if gen == 0 or not self.members:
                     continue
@@ -374,6 +379,13 @@ class LocalController:
                     self._publish(alive)
                 else:
                     self.members = ()
+
+    def _reap_leavers(self) -> None:
+        """See the end of workers that left the group: a cluster launcher then frees what
+        they held (their GPUs) and copies back what they wrote last, not at the job's end."""
+        for w in [w for w in self.procs if w not in self.members and w not in self._ended]:
+            if self.procs[w].returncode is not None:
+                self._ended.add(w)
 
 
 def _placements(placements: Sequence[Placement] | None, n: int) -> Sequence[Placement]:

@@ -112,6 +112,7 @@ class Driver:
             job_id=self.job["id"],
             launcher=launcher,
             store_host=launcher.reachable_host(),
+            job_dir=self.dir.root,  # copied to nodes that do not share this file system
         )
         self.devices = devices
         ids = self.ctl.start(

@@ -1,14 +1,14 @@
-"""One local multi-node Ray cluster for the package's modules (2 nodes x 2 logical GPUs, see
-raycluster.py), this test process connected to it as the service would be. A test that removes
-a node adds one back (`restore`), so every module starts from 2 GPU nodes."""
+"""One local multi-node Ray cluster for the package's modules (2 nodes x 2 logical GPUs,
+see bench/raycluster.py), this test process connected to it as the service would be. A test
+that removes a node adds one back (`restore`), so every module starts from 2 GPU nodes."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from raycluster import RayCluster, ray_cluster
 
+from jupyter_edt.bench.raycluster import RayCluster, ray_cluster
 from jupyter_edt.launch.ray import RayLauncher
 
 

@@ -4,6 +4,7 @@ restarted service, and a node that dies taking its processes with it."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import textwrap
@@ -22,8 +23,8 @@ def spec(tmp_path, code: str, **kw) -> ProcessSpec:
         job_id=kw.pop("job_id", "j1"),
         name=kw.pop("name", "w0"),
         argv=[sys.executable, "-c", textwrap.dedent(code)],
-        cwd=tmp_path,
-        log_dir=tmp_path / "logs",
+        cwd=kw.pop("cwd", tmp_path),
+        log_dir=kw.pop("log_dir", tmp_path / "logs"),
         **kw,
     )
 
@@ -120,3 +121,40 @@ def test_a_node_that_dies_takes_its_processes_with_it(cluster, launcher, restore
     cluster.remove_node(node, allow_graceful=False)
     assert handle.wait_sync(60) == LOST
     eventually_sync(lambda: process_start_time(handle.pid) is None, "the process died")
+
+
+def test_a_process_on_another_node_runs_in_a_copy_and_its_writes_come_back(
+    cluster, launcher, tmp_path
+):
+    """No shared file system: the process reads its code from a copy of its job directory on
+    its node, and what it writes there (logs, results) arrives in the job directory."""
+    job = tmp_path / "job"
+    (job / "code").mkdir(parents=True)
+    (job / "code" / "data.txt").write_text("from the job directory\n")
+    code = """
+        import os, pathlib, time
+        print("cwd=" + os.getcwd(), flush=True)
+        result = pathlib.Path(os.environ["RESULT_DIR"])
+        result.mkdir(parents=True, exist_ok=True)
+        (result / "out.txt").write_text(open("data.txt").read().upper())
+        time.sleep(0.3)
+        print("done", flush=True)
+    """
+    s = spec(
+        tmp_path,
+        code,
+        job_id="j5",
+        cwd=job / "code",
+        log_dir=job / "logs",
+        env={"RESULT_DIR": str(job / "result")},
+        node=cluster.nodes[1].node_id,
+        job_dir=job,
+    )
+    handle = launcher.start_sync(s)
+    assert handle.wait_sync(60) == 0
+    assert (job / "result" / "out.txt").read_text() == "FROM THE JOB DIRECTORY\n"
+    out = (job / "logs" / "w0.stdout").read_text().splitlines()
+    assert out[-1] == "done"
+    copy = out[0].removeprefix("cwd=")
+    assert copy.endswith("/code") and not copy.startswith(str(job))
+    eventually_sync(lambda: not os.path.exists(copy), "the copy removed with its keeper")

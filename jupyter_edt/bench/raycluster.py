@@ -1,9 +1,10 @@
-"""A real local multi-node Ray cluster for tests: a GPU-less head and `nodes` nodes of
-`gpus_per_node` logical GPUs each (Ray's own accounting; no CUDA), small object stores, the
-dashboard off, on loopback, in a temporary directory of its own so that whatever a run leaves
-behind can be found and killed.
+"""A local multi-node Ray cluster, for the Ray benchmark and tests: a GPU-less head and
+`nodes` nodes of `gpus_per_node` logical GPUs each (Ray's own accounting; no CUDA), small object
+stores, the dashboard off, on loopback, in a temporary directory of its own so that whatever a
+run leaves behind can be found and killed.
 
-Start one per test module (a few seconds on 2 cores): `with ray_cluster() as cluster: ...`.
+`with ray_cluster() as cluster: ...` (a few seconds to start on 2 cores; tests start one per
+package). Needs the `ray` extra.
 """
 
 from __future__ import annotations
