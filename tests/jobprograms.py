@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 from jupyter_edt.jobs.models import Job
 
@@ -51,3 +55,67 @@ def elastic(job: Job | dict) -> bool:
     record from the store, or its JSON from the API."""
     record = job.to_dict() if isinstance(job, Job) else job
     return record["state"] == "RUNNING" and record["elastic"]
+
+
+#: Names, in an exact program's environment, the directory of its reference run (no job).
+REFERENCE_ENV = "EDT_TEST_REFERENCE_DIR"
+#: Where the trainer saves the final model, below a job's RESULT_DIR or a reference directory.
+FINAL_MODEL = Path("model") / "model_epoch_final.pth"
+
+
+def exact_program(epochs: int, max_gpus: int, *, work_s: float, checkpoint_every: int) -> str:
+    """A float64 job with momentum and a learning-rate scheduler: a rescale, a move or a
+    resume that lost or changed any state would not end where an uninterrupted run ends.
+    Each loss computation takes `work_s` more seconds in a job (none in the reference run), so
+    that the job is still running while a test acts on it."""
+    return textwrap.dedent(
+        f"""
+        import os, time
+        import torch
+        from torch import nn
+        from torch.utils.data import TensorDataset
+        from jupyter_edt.runtime import Trainer
+
+        torch.set_default_dtype(torch.float64)
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(48, 4, generator=g)
+        y = (x[:, 0] > 0).long()
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+        # in a job its RESULT_DIR; the uninterrupted reference run names its own
+        reference = os.environ.get({REFERENCE_ENV!r})
+
+        def loss(out, target):
+            if not reference:
+                time.sleep({work_s})
+            return nn.functional.cross_entropy(out, target)
+
+        trainer = Trainer(
+            model,
+            lambda: (TensorDataset(x, y), TensorDataset(x[:8], y[:8])),
+            loss,
+            lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 3, gamma=0.5),
+        )
+        trainer.fit(
+            {epochs}, 8, {max_gpus}, checkpoint_every={checkpoint_every}, micro_batch_size=2,
+            result_dir=reference,
+        )
+        """
+    )
+
+
+def reference_model(code: str, tmp_path: Path) -> dict:
+    """The final parameters of `code` (an `exact_program`) run once in a plain process."""
+    import torch
+
+    reference = tmp_path / "reference"
+    (tmp_path / "program.py").write_text(code)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDT_")}
+    subprocess.run(
+        [sys.executable, str(tmp_path / "program.py")],
+        env={**env, REFERENCE_ENV: str(reference)},
+        check=True,
+        timeout=DEADLINE_S,
+    )
+    return torch.load(reference / FINAL_MODEL)

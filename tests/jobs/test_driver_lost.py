@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import torch
-from jobprograms import DEADLINE_S
+from jobprograms import FINAL_MODEL, exact_program, reference_model
 from realjobs import alive, start_service
 from realjobs import stop_service as shut_down
 from waiting import eventually
@@ -27,40 +23,8 @@ pytestmark = pytest.mark.asyncio
 
 EPOCHS = 8
 STEPS_PER_EPOCH = 6  # 48 samples in batches of 8
-MODEL = Path("model") / "model_epoch_final.pth"
 
-# float64, momentum and a scheduler: a resume that lost any state would not match
-PROGRAM = textwrap.dedent(
-    f"""
-    import os, time
-    import torch
-    from torch import nn
-    from torch.utils.data import TensorDataset
-    from jupyter_edt.runtime import Trainer
-
-    torch.set_default_dtype(torch.float64)
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(48, 4, generator=g)
-    y = (x[:, 0] > 0).long()
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
-
-    def loss(out, target):
-        time.sleep(0.02)  # work: the driver is killed mid-run
-        return nn.functional.cross_entropy(out, target)
-
-    trainer = Trainer(
-        model,
-        lambda: (TensorDataset(x, y), TensorDataset(x[:8], y[:8])),
-        loss,
-        lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
-        lr_scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 3, gamma=0.5),
-    )
-    # in a job its RESULT_DIR; the uninterrupted reference run names its own
-    result_dir = os.environ.get("EDT_TEST_REFERENCE_DIR")
-    trainer.fit({EPOCHS}, 8, 2, checkpoint_every=1, micro_batch_size=2, result_dir=result_dir)
-    """
-)
+PROGRAM = exact_program(EPOCHS, 2, work_s=0.02, checkpoint_every=1)  # killed mid-run
 
 SLEEPER = "import time\nwhile True:\n    time.sleep(0.05)\n"
 
@@ -129,17 +93,8 @@ async def test_a_killed_driver_resumes_from_its_checkpoint_and_ends_as_an_uninte
     assert "(epoch " in resumed[0]  # the user reads where it resumes, not only a step
 
     # the same run in one plain process, never interrupted
-    reference = tmp_path / "reference"
-    (tmp_path / "program.py").write_text(PROGRAM)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EDT_")}
-    subprocess.run(
-        [sys.executable, str(tmp_path / "program.py")],
-        env={**env, "EDT_TEST_REFERENCE_DIR": str(reference)},
-        check=True,
-        timeout=DEADLINE_S,
-    )
-    ours = torch.load(service.runner.result_dir(job.id) / MODEL)
-    theirs = torch.load(reference / MODEL)
+    theirs = reference_model(PROGRAM, tmp_path)
+    ours = torch.load(service.runner.result_dir(job.id) / FINAL_MODEL)
     assert ours.keys() == theirs.keys()
     for name in ours:
         assert ours[name].dtype == torch.float64

@@ -3,19 +3,16 @@ devices are the nodes' GPUs, and each worker runs on the node of its GPU, kept b
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import secrets
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
+import zipfile
 
 import pytest
 import ray
 import torch
 from edtservice import ServiceProcess, call
-from jobprograms import DEADLINE_S, program
+from jobprograms import DEADLINE_S, FINAL_MODEL, exact_program, program, reference_model
 from waiting import eventually_sync
 
 NAMESPACE = "edt-ray-jobs"
@@ -67,6 +64,18 @@ def kept(job_id: str, process: str) -> dict | None:
         return None
 
 
+def wait_job(service, job_id: str, what: str, until) -> dict:
+    """The job's record once `until` holds for it."""
+    return eventually_sync(
+        lambda: job_state(service, job_id), what, until=until, timeout=DEADLINE_S
+    )
+
+
+def finished(service, job_id: str) -> dict:
+    ended = ("SUCCEEDED", "FAILED", "CANCELLED")
+    return wait_job(service, job_id, "the job finished", lambda j: j["state"] in ended)
+
+
 def said(service, job_id: str) -> str:
     """What a test failure shows of a job: its reasons and its driver's log's end."""
     events = api(service, "GET", f"jobs/{job_id}")
@@ -95,11 +104,11 @@ def test_a_job_over_both_nodes_runs_each_worker_on_its_gpus_node_across_a_restar
         "jobs",
         {"code": program(3, samples=48, delay=0.02), "max_gpus": 4, "name": "two-nodes"},
     )
-    running = eventually_sync(
-        lambda: job_state(service, job["id"]),
+    running = wait_job(
+        service,
+        job["id"],
         "the job running on 4 GPUs",
-        until=lambda j: j["state"] == "RUNNING" and len(j["devices"]) == 4,
-        timeout=DEADLINE_S,
+        lambda j: j["state"] == "RUNNING" and len(j["devices"]) == 4,
     )
     devices = {d["id"]: d for d in api(service, "GET", "cluster")["devices"]}
     nodes_of_job = sorted(devices[d]["node"] for d in running["devices"])
@@ -118,16 +127,18 @@ def test_a_job_over_both_nodes_runs_each_worker_on_its_gpus_node_across_a_restar
     service.start()
     assert job_state(service, job["id"])["state"] == "RUNNING"
     assert kept(job["id"], "driver") == driver
-    done = eventually_sync(
-        lambda: job_state(service, job["id"]),
-        "the job finished",
-        until=lambda j: j["state"] in ("SUCCEEDED", "FAILED"),
-        timeout=DEADLINE_S,
-    )
+    done = finished(service, job["id"])
     assert done["state"] == "SUCCEEDED", said(service, done["id"])
     assert done["restarts"] == 0  # re-attached, never resumed
-    logs = call(service.url, "GET", f"edt/api/v1/jobs/{job['id']}/logs", TOKEN)[1]
-    assert logs
+    # what the workers wrote on their nodes (no shared file system assumed) is the job's
+    names = api(service, "GET", f"jobs/{job['id']}/logs")["logs"]
+    assert {f"w{i}.out" for i in range(4)} <= set(names), names
+    metrics = api(service, "GET", f"jobs/{job['id']}/metrics")["metrics"]
+    assert [m["epoch"] for m in metrics if m.get("type") == "epoch"] == [0, 1, 2]
+    status, body, _ = call(service.url, "GET", f"edt/api/v1/jobs/{job['id']}/result.zip", TOKEN)
+    assert status == 200
+    with zipfile.ZipFile(io.BytesIO(body)) as zf:
+        assert str(FINAL_MODEL) in zf.namelist()
     # keepers end with their processes: their GPUs are free again
     eventually_sync(
         lambda: ray.available_resources().get("GPU", 0.0) == 4.0,
@@ -142,65 +153,29 @@ def test_a_node_that_dies_mid_run_leaves_the_job_on_the_other_node(cluster, serv
         "jobs",
         {"code": program(4, samples=48, delay=0.02), "max_gpus": 4, "name": "node-loss"},
     )
-    eventually_sync(
-        lambda: job_state(service, job["id"]),
+    wait_job(
+        service,
+        job["id"],
         "the job elastic on 4 GPUs",
-        until=lambda j: j["state"] == "RUNNING" and j["elastic"] and len(j["devices"]) == 4,
-        timeout=DEADLINE_S,
+        lambda j: j["state"] == "RUNNING" and j["elastic"] and len(j["devices"]) == 4,
     )
     lost = cluster.nodes[1]
     cluster.remove_node(lost, allow_graceful=False)  # a crash
-    survivors = eventually_sync(
-        lambda: job_state(service, job["id"]),
+    survivors = wait_job(
+        service,
+        job["id"],
         "the job on the remaining node's 2 GPUs",
-        until=lambda j: j["state"] == "RUNNING" and len(j["devices"]) == 2,
-        timeout=DEADLINE_S,
+        lambda j: j["state"] == "RUNNING" and len(j["devices"]) == 2,
     )
     devices = {d["id"]: d for d in api(service, "GET", "cluster")["devices"]}
     assert {devices[d]["node"] for d in survivors["devices"]} == {cluster.nodes[0].node_id}
-    done = eventually_sync(
-        lambda: job_state(service, job["id"]),
-        "the job finished",
-        until=lambda j: j["state"] in ("SUCCEEDED", "FAILED"),
-        timeout=DEADLINE_S,
-    )
+    done = finished(service, job["id"])
     assert done["state"] == "SUCCEEDED", said(service, done["id"])
     assert done["restarts"] == 0, said(service, done["id"])  # shrunk in place, not restarted
 
 
-# float64, momentum and a scheduler: a rescale that lost or changed any state would not match
-ELASTIC = textwrap.dedent(
-    """
-    import os, time
-    import torch
-    from torch import nn
-    from torch.utils.data import TensorDataset
-    from jupyter_edt.runtime import Trainer
-
-    torch.set_default_dtype(torch.float64)
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(48, 4, generator=g)
-    y = (x[:, 0] > 0).long()
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
-    reference = os.environ.get("EDT_TEST_REFERENCE_DIR")
-
-    def loss(out, target):
-        if not reference:
-            time.sleep(0.3)  # work, so that the job is still running when others come and go
-        return nn.functional.cross_entropy(out, target)
-
-    trainer = Trainer(
-        model,
-        lambda: (TensorDataset(x, y), TensorDataset(x[:8], y[:8])),
-        loss,
-        lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
-        lr_scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 3, gamma=0.5),
-    )
-    trainer.fit(12, 8, 4, checkpoint_every=0, micro_batch_size=2, result_dir=reference)
-    """
-)
-MODEL = Path("model") / "model_epoch_final.pth"
+# still running while another job comes and goes (about 30 s)
+ELASTIC = exact_program(12, 4, work_s=0.3, checkpoint_every=0)
 
 
 def worker_pids(job_id: str) -> dict[str, tuple[int, str]]:
@@ -218,11 +193,11 @@ def test_a_job_shrinks_in_place_to_one_node_and_grows_back_exactly(cluster, serv
     (same processes) and the newcomer gets the other node; once it ends, the first grows back
     to 4. The result equals an uninterrupted 1-worker run of the same program."""
     big = api(service, "POST", "jobs", {"code": ELASTIC, "max_gpus": 4, "name": "elastic"})
-    eventually_sync(
-        lambda: job_state(service, big["id"]),
+    wait_job(
+        service,
+        big["id"],
         "the job elastic on 4 GPUs",
-        until=lambda j: j["state"] == "RUNNING" and j["elastic"] and len(j["devices"]) == 4,
-        timeout=DEADLINE_S,
+        lambda j: j["state"] == "RUNNING" and j["elastic"] and len(j["devices"]) == 4,
     )
     before = eventually_sync(
         lambda: worker_pids(big["id"]), "4 workers kept", until=lambda w: len(w) == 4
@@ -234,11 +209,8 @@ def test_a_job_shrinks_in_place_to_one_node_and_grows_back_exactly(cluster, serv
         "jobs",
         {"code": program(2, samples=48, delay=0.05), "max_gpus": 2, "name": "newcomer"},
     )
-    shrunk = eventually_sync(
-        lambda: job_state(service, big["id"]),
-        "the first job on 2 GPUs",
-        until=lambda j: len(j["devices"]) == 2,
-        timeout=DEADLINE_S,
+    shrunk = wait_job(
+        service, big["id"], "the first job on 2 GPUs", lambda j: len(j["devices"]) == 2
     )
     devices = {d["id"]: d for d in api(service, "GET", "cluster")["devices"]}
     assert len({devices[d]["node"] for d in shrunk["devices"]}) == 1  # packed on one node
@@ -246,24 +218,14 @@ def test_a_job_shrinks_in_place_to_one_node_and_grows_back_exactly(cluster, serv
         lambda: worker_pids(big["id"]), "2 workers left", until=lambda w: len(w) == 2
     )
     assert all(before[w] == after[w] for w in after)  # the survivors' very processes
-    eventually_sync(
-        lambda: job_state(service, small["id"]),
-        "the newcomer finished",
-        until=lambda j: j["state"] == "SUCCEEDED",
-        timeout=DEADLINE_S,
-    )
-    eventually_sync(
-        lambda: job_state(service, big["id"]),
+    wait_job(service, small["id"], "the newcomer finished", lambda j: j["state"] == "SUCCEEDED")
+    wait_job(
+        service,
+        big["id"],
         "the first job back on 4 GPUs",
-        until=lambda j: len(j["devices"]) == 4 or j["state"] != "RUNNING",
-        timeout=DEADLINE_S,
+        lambda j: len(j["devices"]) == 4 or j["state"] != "RUNNING",
     )
-    done = eventually_sync(
-        lambda: job_state(service, big["id"]),
-        "the first job finished",
-        until=lambda j: j["state"] in ("SUCCEEDED", "FAILED"),
-        timeout=DEADLINE_S,
-    )
+    done = finished(service, big["id"])
     assert done["state"] == "SUCCEEDED", said(service, done["id"])
     assert done["restarts"] == 0, said(service, done["id"])
     sizes = [
@@ -273,17 +235,8 @@ def test_a_job_shrinks_in_place_to_one_node_and_grows_back_exactly(cluster, serv
     ]
     assert {4, 2} <= set(sizes) and sizes[-1] == 4, sizes
 
-    reference = tmp_path / "reference"
-    (tmp_path / "program.py").write_text(ELASTIC)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EDT_")}
-    subprocess.run(
-        [sys.executable, str(tmp_path / "program.py")],
-        env={**env, "EDT_TEST_REFERENCE_DIR": str(reference)},
-        check=True,
-        timeout=DEADLINE_S,
-    )
-    ours = torch.load(service.root / "jobs" / big["id"] / "result" / MODEL)
-    theirs = torch.load(reference / MODEL)
+    theirs = reference_model(ELASTIC, tmp_path)
+    ours = torch.load(service.root / "jobs" / big["id"] / "result" / FINAL_MODEL)
     assert ours.keys() == theirs.keys()
     for name in ours:
         assert ours[name].dtype == torch.float64
