@@ -69,6 +69,9 @@ class Keeper:
     each `poll` returns what the process wrote there since the last."""
 
     def __init__(self) -> None:
+        # Ray points this actor at the GPU it counted for it, which need not be the one the
+        # allocator chose: a process's devices come from its spec and its environment only.
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         self._launcher = LocalLauncher(own_session=True, die_with_parent=True)
         self._process: LocalProcess | None = None
         self._mirror: Mirror | None = None

@@ -20,3 +20,27 @@ def test_benchmark_quick_prints_one_json_object_with_the_figures() -> None:
         assert 0 < result[key] < 30, (key, result)
     assert result["equivalence_max_abs_diff"] == 0.0  # order-fixed reduction: bit-identical
     assert result["world_size"] == 2 and result["grow_bytes"] > 4 * result["params"]
+
+
+def test_benchmark_across_ray_nodes_beside_local_processes() -> None:
+    """--launcher ray: the same elastic run on two nodes of a local Ray cluster (the
+    benchmark starts its own), ending with the very parameters of the local one."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jupyter_edt.bench.runtime",
+            *("--json", "--quick"),
+            "--launcher=ray",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for where in ("local", "ray"):
+        for key in ("grow_pause_s", "shrink_pause_s", "recovery_s"):
+            assert 0 < result[f"{where}_{key}"] < 30, (where, key, result)
+    assert result["ray_grow_bytes"] == result["local_grow_bytes"] > 4 * result["params"]
+    assert result["ray_vs_local_max_abs_diff"] == 0.0
