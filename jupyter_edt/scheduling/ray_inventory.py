@@ -83,7 +83,7 @@ class RayInventory:
                 except Exception as err:  # the probe died with its node, or failed
                     log.warning("The GPU probe on Ray node %s failed: %s", node, err)
                     self._drop_probe(node)
-            devices += _node_devices(node, count, address, reported)
+            devices += node_devices(node, count, address, reported)
         return devices
 
     def _probe(self, node: str) -> Any:
@@ -110,7 +110,7 @@ class RayInventory:
             self._drop_probe(node)
 
 
-def _node_devices(
+def node_devices(
     node: str, count: int, address: str, reported: list[Device] | None
 ) -> list[Device]:
     """A node's devices: NVML's where its probe reported them, else `count` virtual slots."""

@@ -3,25 +3,14 @@ subscribers. It checks what the benchmark counts, not how fast it was."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+from benchruns import bench_json
 
 
 @pytest.mark.parametrize("batching", [[], ["--unbatched"]], ids=["batched", "unbatched"])
 def test_every_subscriber_gets_every_event_across_a_reconnect(batching):
-    args = ["--jobs", "2", "--rate", "40", "--subscribers", "3", "--seconds", "3", "--json"]
-    args += batching
-    out = subprocess.run(
-        [sys.executable, "-m", "jupyter_edt.bench.events", *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=True,
-    )
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    args = ["--jobs", "2", "--rate", "40", "--subscribers", "3", "--seconds", "3", *batching]
+    result = bench_json("events", *args)
     assert result["batched"] == (not batching)
     assert result["lost_events"] == 0
     assert result["reconnects"] == 3
@@ -32,15 +21,8 @@ def test_every_subscriber_gets_every_event_across_a_reconnect(batching):
 def test_through_the_forwarder_both_routes_get_every_event():
     """--through-forwarder: half the subscribers through a Jupyter server in the remote mode,
     half straight to `jupyter edt serve`; both see every event, across a reconnect."""
-    args = ["--jobs", "2", "--rate", "40", "--subscribers", "4", "--seconds", "3", "--json"]
-    out = subprocess.run(
-        [sys.executable, "-m", "jupyter_edt.bench.events", *args, "--through-forwarder"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=True,
-    )
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    args = ["--jobs", "2", "--rate", "40", "--subscribers", "4", "--seconds", "3"]
+    result = bench_json("events", *args, "--through-forwarder")
     for prefix in ("", "direct_"):
         assert result[f"{prefix}lost_events"] == 0
         assert result[f"{prefix}reconnects"] == 2

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from waiting import eventually_sync
 
-from jupyter_edt.scheduling.ray_inventory import RayInventory
+from jupyter_edt.scheduling.inventory import Device
+from jupyter_edt.scheduling.ray_inventory import RayInventory, node_devices
 
 
 @pytest.fixture
@@ -49,3 +50,36 @@ def test_a_node_that_joins_adds_its_gpus_and_one_that_leaves_takes_them(
         lambda: inventory.read(), "the crashed node's GPUs gone", until=lambda ds: len(ds) == 2
     )
     assert {d.node for d in devices} == {cluster.nodes[0].node_id}
+
+
+def test_a_node_whose_probe_reads_nvml_shows_its_real_gpus():
+    """Where a node's probe reports NVML's GPUs (a GPU node; none here, so the probe's answer
+    is given), they keep NVML's figures under ids that carry the node."""
+    gpu = Device(
+        id="gpu1",
+        index=1,
+        node="lab7",
+        uuid="GPU-5e0c2a1b",
+        name="NVIDIA H200",
+        virtual=False,
+        memory_total=150 * 2**30,
+        memory_used=2**30,
+        utilization=37,
+    )
+    (device,) = node_devices("a1b2c3d4e5f6", 2, "10.0.0.7", [gpu])
+    assert device == Device(
+        id="a1b2c3d4:gpu1",
+        index=1,
+        node="a1b2c3d4e5f6",
+        uuid="GPU-5e0c2a1b",
+        name="NVIDIA H200",
+        virtual=False,
+        memory_total=150 * 2**30,
+        memory_used=2**30,
+        utilization=37,
+    )
+    logical = node_devices("a1b2c3d4e5f6", 2, "10.0.0.7", None)
+    assert [(d.id, d.virtual, d.name) for d in logical] == [
+        ("a1b2c3d4:gpu0", True, "Ray GPU 0 on 10.0.0.7"),
+        ("a1b2c3d4:gpu1", True, "Ray GPU 1 on 10.0.0.7"),
+    ]

@@ -172,6 +172,9 @@ def test_a_node_that_dies_mid_run_leaves_the_job_on_the_other_node(cluster, serv
     done = finished(service, job["id"])
     assert done["state"] == "SUCCEEDED", said(service, done["id"])
     assert done["restarts"] == 0, said(service, done["id"])  # shrunk in place, not restarted
+    metrics = api(service, "GET", f"jobs/{job['id']}/metrics")["metrics"]
+    epochs = {m["epoch"] for m in metrics if m.get("type") == "epoch"}
+    assert epochs == {0, 1, 2, 3}  # nothing lost with the node
 
 
 # still running while another job comes and goes (about 30 s)

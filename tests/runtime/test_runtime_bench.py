@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+from benchruns import bench_json
 
 
 def test_benchmark_quick_prints_one_json_object_with_the_figures() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "jupyter_edt.bench.runtime", "--json", "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=True,
-    )
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = bench_json("runtime", "--quick")
     for key in ("overhead_ratio", "grow_pause_s", "shrink_pause_s", "recovery_s"):
         assert 0 < result[key] < 30, (key, result)
     assert result["equivalence_max_abs_diff"] == 0.0  # order-fixed reduction: bit-identical
@@ -25,20 +16,7 @@ def test_benchmark_quick_prints_one_json_object_with_the_figures() -> None:
 def test_benchmark_across_ray_nodes_beside_local_processes() -> None:
     """--launcher ray: the same elastic run on two nodes of a local Ray cluster (the
     benchmark starts its own), ending with the very parameters of the local one."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jupyter_edt.bench.runtime",
-            *("--json", "--quick"),
-            "--launcher=ray",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = bench_json("runtime", "--quick", "--launcher=ray", timeout=300)
     for where in ("local", "ray"):
         for key in ("grow_pause_s", "shrink_pause_s", "recovery_s"):
             assert 0 < result[f"{where}_{key}"] < 30, (where, key, result)
