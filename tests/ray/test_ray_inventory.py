@@ -3,6 +3,8 @@ and nodes that join and leave."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from waiting import eventually_sync
 
@@ -67,17 +69,7 @@ def test_a_node_whose_probe_reads_nvml_shows_its_real_gpus():
         utilization=37,
     )
     (device,) = node_devices("a1b2c3d4e5f6", 2, "10.0.0.7", [gpu])
-    assert device == Device(
-        id="a1b2c3d4:gpu1",
-        index=1,
-        node="a1b2c3d4e5f6",
-        uuid="GPU-5e0c2a1b",
-        name="NVIDIA H200",
-        virtual=False,
-        memory_total=150 * 2**30,
-        memory_used=2**30,
-        utilization=37,
-    )
+    assert device == replace(gpu, id="a1b2c3d4:gpu1", node="a1b2c3d4e5f6")  # NVML's figures
     logical = node_devices("a1b2c3d4e5f6", 2, "10.0.0.7", None)
     assert [(d.id, d.virtual, d.name) for d in logical] == [
         ("a1b2c3d4:gpu0", True, "Ray GPU 0 on 10.0.0.7"),
