@@ -54,8 +54,9 @@ class JobRunner(Protocol):
 
     async def cancel(self, job: Job) -> None: ...
 
-    def reattach(self, job: Job) -> bool:
-        """After a restart: follow the job's processes again if they still run."""
+    def reattach(self, job: Job, taken: Sequence[Mapping[str, Any]] = ()) -> bool:
+        """After a restart: follow the job's processes again if they still run; `taken`: the
+        newest metric records the service already has of it (none is reported twice)."""
 
     def log_dir(self, job_id: str) -> Path: ...
 

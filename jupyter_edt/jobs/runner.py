@@ -21,7 +21,7 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,12 +111,13 @@ class DriverRunner:
         handle = await self.launcher.start(self._driver_spec(job, account))
         self._follow(job.id, handle)
 
-    def reattach(self, job: Job) -> bool:
-        """After a server restart: follow the job's driver again if it still runs."""
+    def reattach(self, job: Job, taken: Sequence[Mapping[str, Any]] = ()) -> bool:
+        """After a server restart: follow the job's driver again if it still runs, its
+        workers' metric records past those already `taken`."""
         handle = self._adopt(job)
         if handle is None:
             return False
-        self._follow(job.id, handle)
+        self._follow(job.id, handle, taken)
         return True
 
     def _adopt(self, job: Job) -> ProcessHandle | None:
@@ -155,10 +156,12 @@ class DriverRunner:
         if watcher is not None:
             watcher.cancel()
 
-    def _follow(self, job_id: str, handle: ProcessHandle) -> None:
+    def _follow(
+        self, job_id: str, handle: ProcessHandle, taken: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
         self._drivers[job_id] = handle
         d = self.job_dir(job_id)
-        self._tails[job_id] = JobMetricsTail(d.root, d.logs, self.plugins)
+        self._tails[job_id] = JobMetricsTail(d.root, d.logs, self.plugins, taken)
         if self._collector is None:
             self._collector = asyncio.create_task(self._collect())
         self._watchers[job_id] = asyncio.create_task(self._watch(job_id, handle))

@@ -22,6 +22,7 @@ from ..scheduling.allocator import Order
 from ..scheduling.monitor import InventoryMonitor
 from ..scheduling.policy import Policy, PolicyName, ShareRules
 from .archives import safe_extract
+from .metrics import METRIC_EVENTS
 from .models import LIVE, TERMINAL, Job, JobSpec, JobState, SpecError
 from .progress import ProgressBook
 from .protocols import JobRunner
@@ -265,7 +266,7 @@ class JobService(JobQueries):
             # suspended while the server stopped: its driver may still be checkpointing
             self.scheduler.follow_suspension(job)
         for job in self.store.list_jobs(states=LIVE):
-            if self.runner.reattach(job):
+            if self.runner.reattach(job, self.store.latest_metrics(job.id, METRIC_EVENTS)):
                 outcome["reattached"].append(job.id)
                 continue
             if resume_lost:

@@ -495,6 +495,22 @@ class JobStore:
             self._row(s, job_id)
             return [row.to_dict() for row in s.scalars(query)]
 
+    def latest_metrics(self, job_id: str, types: Iterable[str]) -> list[dict[str, Any]]:
+        """The newest record of each of these types (``values["type"]``) the job has: where
+        a restarted server's reading of the job's event files takes up again."""
+        with self._session() as s:
+            self._row(s, job_id)
+            out = []
+            for kind in types:
+                query = (
+                    select(MetricRow)
+                    .where(MetricRow.job_id == job_id, MetricRow.values["type"].as_string() == kind)
+                    .order_by(MetricRow.id.desc())
+                    .limit(1)
+                )
+                out += [row.to_dict() for row in s.scalars(query)]
+            return out
+
     # accounting ---------------------------------------------------------------------------
 
     def usage_events(

@@ -294,16 +294,38 @@ class RayLauncher(Launcher):
     def adopt(
         self, spec: ProcessSpec, pid: int, started: int, exit_code: Callable[[], int | None]
     ) -> RayProcess | None:
-        """The process a previous service started, if its keeper still keeps that very one."""
+        """The process a previous service started, if its keeper still keeps that very one.
+
+        A keeper that does not answer yet is asked again until `UNREACHABLE_S` (right after a
+        restart, on a busy node, Ray takes seconds to reach an actor): taking a running job for
+        lost would start a second driver beside the first."""
         import ray
+        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
         self.connect()
+        name = keeper_name(spec)
         try:
-            keeper = ray.get_actor(keeper_name(spec), namespace=self.namespace)
-            kept = ray.get(keeper.identity.remote(), timeout=CALL_TIMEOUT_S)
-        except Exception:  # no such keeper, or it is gone with its node
+            keeper = ray.get_actor(name, namespace=self.namespace)
+        except ValueError:  # no such keeper: its process ended, or its node is gone
             return None
+        deadline = time.monotonic() + UNREACHABLE_S
+        while True:
+            try:
+                kept = ray.get(keeper.identity.remote(), timeout=CALL_TIMEOUT_S)
+                break
+            except (GetTimeoutError, ActorUnavailableError) as err:
+                if time.monotonic() < deadline:
+                    continue
+                log.warning(
+                    "%s did not answer for %.0f s; taken for lost: %s", name, UNREACHABLE_S, err
+                )
+                with contextlib.suppress(Exception):  # never two drivers of one job
+                    ray.kill(keeper)
+                return None
+            except RayActorError:  # it died, or its node did
+                return None
         if kept is None or (kept["pid"], kept["started"]) != (pid, started):
+            log.warning("%s keeps another process than %s's: %s", name, pid, kept)
             with contextlib.suppress(Exception):  # it keeps another, or an ended, process
                 keeper.finish.remote()
             return None

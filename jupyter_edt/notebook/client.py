@@ -581,9 +581,10 @@ class Job:
         """The job's metric records (oldest first); a pandas DataFrame when pandas is installed.
 
         `kind` keeps one record type (``"step"``: train loss per step, ``"epoch"``: validation
-        loss and metrics per epoch). Every worker reports the same reduced values, so only
-        rank 0's step and epoch records are kept unless `all_workers`. `as_frame` forces (True)
-        or refuses (False) a DataFrame.
+        loss and metrics per epoch). Every worker reports the same reduced values, so the
+        service keeps one record per step and epoch; records of other kinds that name a rank
+        are kept from rank 0 only unless `all_workers`. `as_frame` forces (True) or refuses
+        (False) a DataFrame.
         """
         records: builtins.list[dict[str, Any]] = []
         cursor = 0

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -126,6 +127,8 @@ class LocalController:
         # address, for workers on other nodes).
         self.store_host = store_host
         self.job_dir = Path(job_dir) if job_dir is not None else None
+        # names this run of the job's workers in their events (jobs/metrics.py)
+        self.run = secrets.token_hex(6)
         self.store = dist.TCPStore(
             store_host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
         )
@@ -324,6 +327,7 @@ class LocalController:
         env = {
             "EDT_STORE": f"{self.store_host}:{self.port}",
             "EDT_WORKER_ID": worker,
+            "EDT_RUN": self.run,
             "RESULT_DIR": str(self.result_dir),  # the job contract's name (jobs/runner.py)
             "EDT_LOG_DIR": str(self.log_dir),
             "EDT_TIMEOUT_S": str(self.timeout_s),
@@ -362,6 +366,9 @@ class LocalController:
                 gen = self.ctl["gen"]
                 if gen == 0 or not self.members:
                     continue
+                if any(self.procs[w].returncode == 0 for w in self.members):
+                    self._stop_late_joiners()
+                    continue  # the job is ending: no new generation
                 dead = [w for w in self.members if self.procs[w].returncode not in (None, 0)]
                 if not dead:
                     if int(self.store.add(failed_key(gen), 0)) == 0:
@@ -379,6 +386,23 @@ class LocalController:
                     self._publish(alive)
                 else:
                     self.members = ()
+
+    def _stop_late_joiners(self) -> None:
+        """A member finished training, so the job is over; joiners of a generation that has
+        not formed (ordered just before the end) would wait for members that never come, then
+        form a group of their own with nobody holding the state and start the job over. They
+        are stopped, and the members that trained are the job's last."""
+        formed = next(
+            (m for m in reversed(self.membership) if self.store.check([formed_key(m["gen"])])),
+            None,
+        )
+        if formed is None:
+            return  # no generation ever formed: not the elastic runtime's workers
+        trained = set(formed["members"])
+        late = [w for w in self.members if w not in trained]
+        if late:
+            self._stop_workers(late)
+            self.members = tuple(w for w in self.members if w in trained)
 
     def _reap_leavers(self) -> None:
         """See the end of workers that left the group: a cluster launcher then frees what

@@ -21,8 +21,11 @@ __all__ = ["EventLog", "read_events"]
 class EventLog:
     """Writes events for one worker; ``seq`` increases by one per event."""
 
-    def __init__(self, log_dir: str | os.PathLike[str] | None, worker: str) -> None:
+    def __init__(
+        self, log_dir: str | os.PathLike[str] | None, worker: str, run: str | None = None
+    ) -> None:
         self.worker = worker
+        self.run = run
         self.records: list[dict[str, Any]] = []
         self._seq = 0
         self._lock = threading.Lock()
@@ -48,6 +51,7 @@ class EventLog:
                 "type": kind,
                 "worker": self.worker,
                 "pid": os.getpid(),
+                **({} if self.run is None else {"run": self.run}),
                 **fields,
             }
             if self._file is not None:

@@ -167,6 +167,7 @@ class JobContext:
     timeout_s: float = 30.0
     join_timeout_s: float = 300.0
     backend: str | None = None  # None: chosen from the device (see select_backend)
+    run: str | None = None  # this run of the job's workers (one driver's), in their events
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> JobContext | None:
@@ -184,6 +185,7 @@ class JobContext:
             timeout_s=float(env.get("EDT_TIMEOUT_S", "30")),
             join_timeout_s=float(env.get("EDT_JOIN_TIMEOUT_S", "300")),
             backend=env.get("EDT_BACKEND") or None,
+            run=env.get("EDT_RUN") or None,
         )
 
 

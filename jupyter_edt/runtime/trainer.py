@@ -270,7 +270,9 @@ class Trainer:
         result = result_dir or (ctx.result_dir if ctx else None)
         self.result_dir = Path(result) if result else None
         self.group: Group = ElasticGroup(ctx, self.device) if ctx else SoloGroup(self.device)
-        self.events = EventLog(ctx.log_dir if ctx else None, self.group.worker_id)
+        self.events = EventLog(
+            ctx.log_dir if ctx else None, self.group.worker_id, ctx.run if ctx else None
+        )
         self.train_state.hp_agreed, self.train_state.hp_trace = None, []
         for note in notes:
             self.events.info(note)

@@ -232,8 +232,8 @@ export interface IJobEvent {
 
 /**
  * One metric record of a job (GET jobs/{id}/metrics, or a `metrics` event's
- * `records`): rank 0's `step` records (global_step, epoch, step, loss, train
- * metrics, world_size, samples_per_s, ...), `epoch` records (epoch, val_loss
+ * `records`): one `step` record per step (global_step, epoch, step, loss, train
+ * metrics, world_size, samples_per_s, run, ...), `epoch` records (epoch, val_loss
  * and val_<metric>), and `emetrics` records, one per line of a WMLA program's
  * evaluation-metrics.txt (group `train` or `test`, iteration, rindex, subid
  * and each of the line's values by name).

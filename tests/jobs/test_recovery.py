@@ -51,6 +51,11 @@ async def test_a_running_job_is_reattached_and_finishes(tmp_path):
     assert process_start_time(status["pid"]) is None
     metrics = second.store.metrics(job.id)
     assert metrics and metrics[-1]["type"] == "epoch" and metrics[-1]["epoch"] == 3
+    # the new server read the event files from their start: what the old one stored is not
+    # stored again
+    assert [m["epoch"] for m in metrics if m["type"] == "epoch"] == [0, 1, 2, 3]
+    steps = [m["global_step"] for m in metrics if m["type"] == "step"]
+    assert steps == list(range(len(steps)))
     await stop_service(second)
 
 

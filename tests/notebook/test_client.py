@@ -441,7 +441,7 @@ async def test_a_real_training_job_its_progress_metrics_and_model(alice):
 
     steps = await run(lambda: job.metrics("step", as_frame=False))
     assert [r["global_step"] for r in steps] == list(range(12))  # 48 samples / 8, 2 epochs
-    assert all(isinstance(r["loss"], float) and r["rank"] == 0 for r in steps)
+    assert all(isinstance(r["loss"], float) and r["world_size"] == 2 for r in steps)
     epochs = await run(lambda: job.metrics("epoch", as_frame=False))
     assert [r["epoch"] for r in epochs] == [0, 1] and "val_loss" in epochs[0]
 

@@ -125,7 +125,7 @@ def test_a_job_over_both_nodes_runs_each_worker_on_its_gpus_node_across_a_restar
     assert driver is not None and driver["node"] == ray.get_runtime_context().get_node_id()
     assert service.stop() == 0
     service.start()
-    assert job_state(service, job["id"])["state"] == "RUNNING"
+    assert job_state(service, job["id"])["state"] == "RUNNING", service.log()
     assert kept(job["id"], "driver") == driver
     done = finished(service, job["id"])
     assert done["state"] == "SUCCEEDED", said(service, done["id"])

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from waiting import eventually_sync
 
 from jupyter_edt.runtime import LocalController
 from jupyter_edt.runtime import partition as part
@@ -178,3 +179,28 @@ def test_checkpoint_on_request_then_whole_job_killed_resumes_exactly(
     assert _max_diff(_final(tmp_path), reference["final"]) <= 1e-9
     formed = [e for e in events if e["type"] == "generation" and e["world_size"] == 3]
     assert json.dumps(formed[-1]["receivers"]) == "[1, 2]"
+
+
+def test_joiners_ordered_as_the_job_ends_are_stopped_not_started_over(tmp_path: Path) -> None:
+    """A grow ordered after the members' last step: they never come to the new generation, so
+    its joiners would form one of their own, with nobody holding the state, and train the job
+    again from its start. The controller stops them once a member has finished."""
+    linger = tmp_path / "linger"
+    linger.mkdir()
+    program = [PROGRAM, "--epochs", "1", "--batch", str(BATCH), "--linger", str(linger)]
+    with LocalController(program, tmp_path / "out", timeout_s=10, env=CPU) as ctl:
+        ctl.start(2)
+        eventually_sync(
+            lambda: all((linger / f"trained-{w}").exists() for w in ("w0", "w1")),
+            "both workers done training",
+        )
+        _, joiners = ctl.resize(ctl.members, [{}], wait=False)
+        (linger / "go").touch()  # the members exit
+        codes = ctl.wait(120)
+        events = ctl.events()
+        members = ctl.members
+    assert codes["w0"] == codes["w1"] == 0 and codes[joiners[0]] != 0, codes
+    assert members == ("w0", "w1")
+    theirs = [e["type"] for e in events if e["worker"] == joiners[0]]
+    assert "train_begin" not in theirs and "step" not in theirs, theirs
+    assert [e["global_step"] for e in _steps(events, "w0")] == list(range(STEPS))

@@ -5,12 +5,16 @@ imported (``build(...)``) for a plain-process run. ``--record DIR`` makes the tr
 every index it serves to ``DIR/served-<pid>.txt``. ``--tweak`` changes hyperparameters on some
 workers only (``Tweak``), ``--conflict`` changes ``lr`` differently on every worker,
 ``--begin-lr`` sets the starting ``lr`` in ``on_train_begin``, which a joiner runs too.
+``--linger DIR``: after training, the worker says so (``DIR/trained-<worker>``) and waits for
+``DIR/go`` before it exits, as a program that goes on after ``fit`` does.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -119,6 +123,7 @@ def main() -> None:
     ap.add_argument("--tweak", action="store_true")
     ap.add_argument("--conflict", action="store_true")
     ap.add_argument("--begin-lr", action="store_true")
+    ap.add_argument("--linger", default=None)
     args = ap.parse_args()
     trainer = build(args.record, tweak=args.tweak, conflict=args.conflict, begin_lr=args.begin_lr)
     trainer.fit(
@@ -128,6 +133,12 @@ def main() -> None:
         checkpoint_every=args.checkpoint_every,
         micro_batch_size=args.micro,
     )
+    if args.linger:
+        linger = Path(args.linger)
+        (linger / f"trained-{os.environ['EDT_WORKER_ID']}").touch()
+        deadline = time.monotonic() + 60
+        while not (linger / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 if __name__ == "__main__":
