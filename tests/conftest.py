@@ -23,8 +23,9 @@ def multi_user(node: pytest.Item) -> bool:
 
 @pytest.fixture
 def edt_config() -> dict:
-    """EDTApp settings for a test; parametrize it to change them."""
-    return {"virtual_gpus": 4}
+    """EDTApp settings for a test; parametrize it to change them. Warm processes only where
+    a test asks for them: a fork server preloads torch, seconds of CPU per server."""
+    return {"virtual_gpus": 4, "warm_workers": False}
 
 
 @pytest.fixture

@@ -73,17 +73,18 @@ BENCH_USER = "bench"
 
 
 class Service(Endpoint):
-    """A shared `jupyter edt serve` with the synthetic driver, its user's token in a file."""
+    """A shared `jupyter edt serve` with the synthetic driver, its user's token in a file;
+    `settings` (``EDTService.*``, ...) override its own."""
 
-    def __init__(self, root: Path, jobs: int) -> None:
+    def __init__(self, root: Path, jobs: int, settings: dict[str, Any] | None = None) -> None:
         self.port = free_port()
         self.token = secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}/"
-        root.mkdir()
+        root.mkdir(parents=True)
         tokens = root / "tokens.json"
         tokens.write_text(json.dumps({BENCH_USER: {"tokens": [self.token]}}))
         tokens.chmod(0o600)
-        settings = {
+        default = {
             "EDTService.ip": "127.0.0.1",
             "EDTService.port": self.port,
             "EDTService.devices": "virtual",
@@ -97,12 +98,14 @@ class Service(Endpoint):
             "TokenFileAuthenticator.tokens_file": str(tokens),
         }
         config = root / "edt_config.py"
-        config.write_text("".join(f"c.{k} = {v!r}\n" for k, v in settings.items()))
+        options = {**default, **(settings or {})}
+        config.write_text("".join(f"c.{k} = {v!r}\n" for k, v in options.items()))
         self.log = (root / "service.log").open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter_edt.cli", "serve", f"--config={config}"],
             stdout=self.log,
             stderr=self.log,
+            start_new_session=True,  # its jobs' processes lead their own: none of them here
         )
 
     async def ready(self, client: AsyncHTTPClient, timeout: float = 60.0) -> None:

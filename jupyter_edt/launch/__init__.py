@@ -25,6 +25,8 @@ def workers_launcher(env: Mapping[str, str] | None = None) -> Launcher:
         )
     if kind != "local":
         raise ValueError(f"EDT_LAUNCHER must be 'local' or 'ray', got {kind!r}.")
+    from .forkserver import FORKSERVER_ENV
     from .local import LocalLauncher
 
-    return LocalLauncher(own_session=False)
+    # warm workers from the machine's fork server, where the service runs one
+    return LocalLauncher(own_session=False, forkserver=env.get(FORKSERVER_ENV) or None)

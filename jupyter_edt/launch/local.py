@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import stat
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -16,7 +18,12 @@ from typing import Any, BinaryIO
 from ..runtime.jobdir import process_start_time
 from .accounts import Account, account_environment
 from .base import Launcher, ProcessHandle, ProcessSpec
+from .forkserver import FORKSERVER_ENV, ForkClient, StatusPipe
 
+log = logging.getLogger(__name__)
+
+#: How long a start waits for the fork server this launcher's owner started to preload.
+FORKSERVER_WAIT_S = 30.0
 #: The exit code of an adopted process that ended without recording one.
 UNKNOWN_EXIT = -1
 
@@ -48,6 +55,30 @@ class LocalProcess(ProcessHandle):
             return self._popen.wait(timeout)
         except subprocess.TimeoutExpired:
             raise TimeoutError(f"{self.spec.name} (pid {self.pid}) still runs") from None
+
+
+class ForkedProcess(ProcessHandle):
+    """A process the fork server started for this launcher: it leads its own session; its
+    exit code comes through its status pipe."""
+
+    def __init__(self, spec: ProcessSpec, pid: int, status: StatusPipe) -> None:
+        self.spec = spec
+        self.pid = pid
+        self._status = status
+
+    @property
+    def returncode(self) -> int | None:
+        return self._status.poll()
+
+    def send_signal(self, sig: int) -> None:
+        if self._status.poll() is None:  # once it has ended, its pid may be another's
+            _signal_group(self.pid, sig)
+
+    def wait_sync(self, timeout: float | None = None) -> int:
+        code = self._status.wait(timeout)
+        if code is None:
+            raise TimeoutError(f"{self.spec.name} (pid {self.pid}) still runs")
+        return code
 
 
 class AdoptedProcess(ProcessHandle):
@@ -86,16 +117,37 @@ class LocalLauncher(Launcher):
     A spec with an `account` starts as that account (the launcher must be root for another's),
     in a clean environment, with log files that belong to it.
 
+    `forkserver`: the name of this machine's fork server (`launch/forkserver.py`), which
+    starts ``python -m`` processes of its interpreter (`warm_python`) warm; the others, and
+    all of them while it cannot, start cold. A process it starts leads its own session, and a
+    driver's workers (not `own_session`) are killed when their driver dies.
+
     `die_with_parent`: each process gets SIGKILL when the thread that started it ends
     (Linux's parent-death signal), for a launcher that must not leave processes behind when it
     is killed itself (a Ray actor keeping them, `launch/ray.py`).
     """
 
-    def __init__(self, own_session: bool = True, die_with_parent: bool = False) -> None:
+    def __init__(
+        self,
+        own_session: bool = True,
+        die_with_parent: bool = False,
+        forkserver: str | None = None,
+        warm_python: str = sys.executable,
+        forkserver_ready: Callable[[float], bool] | None = None,
+    ) -> None:
         self.own_session = own_session
         self.die_with_parent = die_with_parent
+        self.forkserver = forkserver
+        self.warm_python = warm_python  # the interpreter the fork server runs
+        # waits while the server preloads (a start then is quicker than one beside it), if
+        # this launcher started it
+        self.forkserver_ready = forkserver_ready
+        self._client: ForkClient | None = None if forkserver is None else ForkClient(forkserver)
 
-    def start_sync(self, spec: ProcessSpec) -> LocalProcess:
+    def driver_env(self) -> dict[str, str]:
+        return {} if self.forkserver is None else {FORKSERVER_ENV: self.forkserver}
+
+    def start_sync(self, spec: ProcessSpec) -> ProcessHandle:
         account = spec.account
         if account is None:
             spec.log_dir.mkdir(parents=True, exist_ok=True)
@@ -122,6 +174,10 @@ class LocalLauncher(Launcher):
                 if stderr is None
                 else files.enter_context(_open_log(stderr, account))
             )
+            if self._warm(spec):
+                forked = self._fork(spec, env, out.fileno(), out if stderr is None else err)
+                if forked is not None:
+                    return forked
             popen = subprocess.Popen(
                 list(spec.argv),
                 cwd=spec.cwd,
@@ -134,6 +190,46 @@ class LocalLauncher(Launcher):
                 **_switch_to(account),
             )
         return LocalProcess(spec, popen, group=self.own_session)
+
+    def _warm(self, spec: ProcessSpec) -> bool:
+        """Whether the fork server can start this process: ``python -m module`` of the very
+        interpreter it runs (a job's own Python starts cold), and no parent-death tie (a
+        forked process's parent is the server)."""
+        argv = list(spec.argv)
+        return (
+            self._client is not None
+            and not self.die_with_parent
+            and len(argv) >= 3
+            and argv[1] == "-m"
+            and os.path.abspath(argv[0]) == os.path.abspath(self.warm_python)
+        )
+
+    def _fork(
+        self, spec: ProcessSpec, env: dict[str, str], out: int, err: Any
+    ) -> ForkedProcess | None:
+        """Start the process from the fork server; None when it cannot (it is starting, or
+        gone): the caller starts it cold."""
+        assert self._client is not None
+        account = spec.account
+        if self.forkserver_ready is not None and not self.forkserver_ready(FORKSERVER_WAIT_S):
+            return None
+        try:
+            pid, status = self._client.fork(
+                spec.argv,
+                env,
+                str(spec.cwd),
+                out,
+                err.fileno(),
+                account=None
+                if account is None
+                else {"uid": account.uid, "gid": account.gid, "groups": list(account.groups)},
+                # a driver's workers: killed with their driver, as its process group would be
+                die_with_requester=not self.own_session,
+            )
+        except OSError as e:
+            log.info("Starting %s cold: the fork server did not: %s", spec.name, e)
+            return None
+        return ForkedProcess(spec, pid, StatusPipe(status))
 
     def adopt(
         self, spec: ProcessSpec, pid: int, started: int, exit_code: Callable[[], int | None]

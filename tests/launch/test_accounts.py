@@ -43,6 +43,7 @@ from jupyter_edt.launch.accounts import (
     lookup_account,
 )
 from jupyter_edt.launch.base import ProcessSpec
+from jupyter_edt.launch.forkserver import ForkServer
 from jupyter_edt.launch.local import LocalLauncher, log_paths
 from jupyter_edt.scheduling.inventory import Device
 
@@ -201,6 +202,53 @@ def test_the_accounts_can_run_the_shared_python(machine: Machine):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(machine.bob.uid)]
+
+
+def test_the_fork_server_gives_each_account_its_own_processes_only(machine: Machine):
+    """Root's requests name the account; another account's requester (a job's driver) gets
+    processes of its own account, whatever it asks for."""
+    server = ForkServer(machine.python)
+    server.start()
+    try:
+        assert server.wait_ready(120)
+        probe = "import os; print(os.getuid(), sorted(os.getgroups()))"
+        bob = {"uid": machine.bob.uid, "gid": machine.bob.gid, "groups": list(machine.bob.groups)}
+        ask = textwrap.dedent(
+            f"""
+            import os, sys
+            from jupyter_edt.launch.forkserver import ForkClient, StatusPipe
+            r, w = os.pipe()
+            pid, status = ForkClient({server.name!r}).fork(
+                [sys.executable, "-m", "edt_probe"], {{"PYTHONPATH": {str(machine.base)!r}}},
+                "/", w, w, account={bob!r})
+            os.close(w)
+            assert StatusPipe(status).wait(60) == 0
+            sys.stdout.write(os.read(r, 4096).decode())
+            """
+        )
+        (machine.base / "edt_probe.py").write_text(probe)
+        (machine.base / "edt_probe.py").chmod(0o644)
+
+        def run_as(account: Account | None) -> str:
+            ids = {} if account is None else {"user": account.uid, "group": account.gid}
+            out = subprocess.run(
+                [machine.python, "-c", ask],
+                cwd="/",
+                env={"PATH": "/usr/bin:/bin"},
+                capture_output=True,
+                text=True,
+                timeout=120,
+                **ids,
+            )
+            assert out.returncode == 0, out.stderr
+            return out.stdout.strip()
+
+        assert run_as(None) == f"{machine.bob.uid} {sorted(machine.bob.groups)}"
+        alice = machine.alice
+        assert run_as(alice) == f"{alice.uid} {sorted(alice.groups)}"
+        assert machine.group in alice.groups  # her supplementary groups, too
+    finally:
+        server.stop()
 
 
 # What each job's worker records: who it runs as, who its driver runs as, its environment, and

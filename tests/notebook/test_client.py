@@ -429,7 +429,10 @@ trainer.fit(2, 8, 2, checkpoint_every=1, micro_batch_size=2)
 """
 
 
-@pytest.mark.parametrize("edt_config", [{"devices": "virtual", "virtual_gpus": 2}])
+# its processes start warm, from the server's fork server, as by default
+@pytest.mark.parametrize(
+    "edt_config", [{"devices": "virtual", "virtual_gpus": 2, "warm_workers": True}]
+)
 async def test_a_real_training_job_its_progress_metrics_and_model(alice):
     job = await run(alice.submit, code=TRAINER_PROGRAM, name="tiny", max_gpus=2, epochs=2)
     out = io.StringIO()
