@@ -1,7 +1,7 @@
 """What the job service and a runner know of each other, and nothing more.
 
 The service gives a runner orders (`JobRunner`); the runner reports what its processes did
-through the five calls of `RunnerReports`, which the service hands it once (`report_to`). So a
+through the six calls of `RunnerReports`, which the service hands it once (`report_to`). So a
 runner can be replaced (another launcher, a fake in tests) without knowing the service.
 """
 
@@ -28,6 +28,9 @@ class RunnerReports(Protocol):
 
     async def job_elastic(self, job_id: str) -> None:
         """Its program announced the elastic runtime: it may be resized in place."""
+
+    async def job_formed(self, job_id: str, formed: Mapping[str, Any]) -> None:
+        """Its workers formed a group: generation, world_size, pause_s, time."""
 
     async def job_lost(self, job_id: str, why: str, log_tail: str = ...) -> None:
         """Its driver died, and its workers with it; the job itself may resume."""

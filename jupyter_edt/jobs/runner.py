@@ -300,6 +300,7 @@ class DriverRunner:
         service = self._reports
         d = self.job_dir(job_id)
         running = elastic = False
+        formed_gen = 0
         try:
             while handle.returncode is None:
                 status = d.read_status() or {}
@@ -309,6 +310,10 @@ class DriverRunner:
                 if not elastic and status.get("elastic"):
                     elastic = True
                     await service.job_elastic(job_id)
+                formed = status.get("formed")
+                if isinstance(formed, dict) and int(formed.get("generation", 0)) > formed_gen:
+                    formed_gen = int(formed["generation"])
+                    await service.job_formed(job_id, formed)
                 await asyncio.sleep(self.poll_interval)
             await self._forward([job_id])  # what it wrote last, before its end is recorded
             self._tails.pop(job_id, None)

@@ -207,6 +207,18 @@ class JobService(JobQueries):
             self.store.set_elastic(job_id, "the elastic runtime started", now=self.clock())
             await self.reschedule()
 
+    async def job_formed(self, job_id: str, formed: Mapping[str, Any]) -> None:
+        """The job's workers formed a group (`formed`: generation, world_size, pause_s and the
+        time it formed, as the driver saw it): recorded for the UI's allocation changes."""
+        if self.store.get_job(job_id).state in LIVE:
+            self.store.record_formed(
+                job_id,
+                int(formed["generation"]),
+                int(formed["world_size"]),
+                float(formed.get("pause_s") or 0.0),
+                now=float(formed.get("time") or self.clock()),
+            )
+
     async def job_lost(self, job_id: str, why: str, log_tail: str = "") -> None:
         """The job's driver died (`why`: "driver killed by SIGKILL") and its workers with it.
         The job goes back to the queue and resumes from its newest checkpoint, at most

@@ -322,6 +322,42 @@ class JobStore:
                 s.add(_event(job_id, now, "elastic", {"elastic": True, "reason": reason}))
             return job.to_job()
 
+    def record_formed(
+        self,
+        job_id: str,
+        generation: int,
+        world_size: int,
+        pause_s: float,
+        *,
+        now: float | None = None,
+    ) -> dict[str, Any]:
+        """The job's workers formed a group on `world_size` devices: a `formed` event with
+        the survivors' measured pause and how long the newest allocation waited for it
+        (`waited_s`: the devices it gave, held but idle; None when no allocation came since the
+        last group formed: a worker died, say)."""
+        now = time.time() if now is None else now
+        with self._change() as s:
+            self._row(s, job_id)
+
+            def last(kind: str) -> float | None:
+                return s.scalars(
+                    select(EventRow.time)
+                    .where(EventRow.job_id == job_id, EventRow.kind == kind)
+                    .order_by(EventRow.id.desc())
+                    .limit(1)
+                ).first()
+
+            allocated, formed = last("allocation"), last("formed")
+            answered = allocated is None or (formed is not None and formed >= allocated)
+            data = {
+                "generation": generation,
+                "world_size": world_size,
+                "pause_s": round(pause_s, 4),
+                "waited_s": None if answered else round(max(0.0, now - allocated), 4),
+            }
+            s.add(_event(job_id, now, "formed", data))
+            return data
+
     def set_devices(
         self, job_id: str, devices: Sequence[str], reason: str, *, now: float | None = None
     ) -> Job:

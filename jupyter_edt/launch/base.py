@@ -52,7 +52,12 @@ class ProcessSpec:
     `gpus`: how many GPUs it holds in the cluster's accounting (None: one per device). A local
     launcher has one node and ignores both. `job_dir`: the job directory below which its
     working directory, logs and results lie, which a cluster launcher copies to a node that
-    does not share this file system, and back."""
+    does not share this file system, and back.
+
+    `nice`: how much lower than the launcher's own its CPU priority starts (a joiner's, so that
+    its start does not slow the job's training processes). Applied only where the process may
+    raise it back (the runtime does as it joins, `runtime/priority.py`): by the fork server as
+    root; elsewhere ignored."""
 
     job_id: str
     name: str  # "driver", "w0", ...: unique within the job, used for its log files
@@ -67,6 +72,7 @@ class ProcessSpec:
     node: str | None = None
     gpus: int | None = None
     job_dir: Path | None = None
+    nice: int = 0
 
 
 class ProcessHandle(ABC):

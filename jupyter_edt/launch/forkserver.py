@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import pwd
+import resource
 import secrets
 import selectors
 import signal
@@ -45,6 +46,8 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from ..runtime.priority import START_NICE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -247,15 +250,18 @@ def _become(
         os.dup2(err_fd, 2)
         for fd in (null, out_fd, err_fd):
             os.close(fd)
+        asked = int(request.get("nice") or 0)
         if uid is not None:
+            _allow_return(asked)
             os.setgroups(groups or [])
             os.setgid(gid)  # type: ignore[arg-type]
             os.setuid(uid)
-        if request.get("nice"):
-            os.nice(int(request["nice"]))
+        nice = _lowered(asked)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        if nice:
+            os.environ[START_NICE_ENV] = str(nice)
         code = _run_module(request["argv"], request["cwd"], request["env"])
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
@@ -271,6 +277,42 @@ def _become(
         with contextlib.suppress(OSError):
             os.write(status_fd, _CODE.pack(code))
         os._exit(code & 0xFF if code >= 0 else 1)
+
+
+def _allow_return(nice: int) -> None:
+    """Before a root child switches to its account: let that account raise its CPU priority
+    back later (RLIMIT_NICE), where this root may grant it."""
+    if nice > 0 and os.geteuid() == 0:
+        ceiling = 20 - os.getpriority(os.PRIO_PROCESS, 0)
+        with contextlib.suppress(OSError, ValueError):
+            soft, hard = resource.getrlimit(resource.RLIMIT_NICE)
+            if soft < ceiling:
+                resource.setrlimit(resource.RLIMIT_NICE, (ceiling, max(hard, ceiling)))
+
+
+def _lowered(nice: int) -> int:
+    """Lower this process's CPU priority by `nice` if it may raise it back later; how much it
+    lowered it (0: not at all: it could never come back, and the job would wait for it)."""
+    if nice <= 0:
+        return 0
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
+    if soft < 20 - current and not _capable(_CAP_SYS_NICE):
+        return 0
+    os.setpriority(os.PRIO_PROCESS, 0, min(19, current + nice))
+    return os.getpriority(os.PRIO_PROCESS, 0) - current
+
+
+_CAP_SYS_NICE = 23
+
+
+def _capable(cap: int) -> bool:
+    """Whether this process holds capability `cap` (effective set)."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> cap & 1)
+    return False
 
 
 def _run_module(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> int:

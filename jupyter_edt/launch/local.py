@@ -225,6 +225,7 @@ class LocalLauncher(Launcher):
                 else {"uid": account.uid, "gid": account.gid, "groups": list(account.groups)},
                 # a driver's workers: killed with their driver, as its process group would be
                 die_with_requester=not self.own_session,
+                nice=spec.nice,
             )
         except OSError as e:
             log.info("Starting %s cold: the fork server did not: %s", spec.name, e)

@@ -61,6 +61,10 @@ from .store_keys import (
 
 __all__ = ["LocalController", "Placement", "WorkerCrashed"]
 
+#: How much lower a joiner's CPU priority is while it prepares (it restores its own as it
+#: joins): the job's training processes go first on cores they share with it.
+JOINER_NICE = 10
+
 
 class WorkerCrashed(RuntimeError):
     """Workers the controller was waiting for exited with an error (``codes``: id -> status).
@@ -197,7 +201,7 @@ class LocalController:
             places = _placements(placements, len(joiners))
             new = tuple(self._new_id() for _ in joiners)
             for w, env, place in zip(new, joiners, places, strict=True):
-                self._launch(w, env, place)
+                self._launch(w, env, place, nice=JOINER_NICE)
             if new:
                 try:
                     self._wait_keys(
@@ -322,7 +326,11 @@ class LocalController:
         return gen
 
     def _launch(
-        self, worker: str, worker_env: Mapping[str, str], place: Placement = Placement()
+        self,
+        worker: str,
+        worker_env: Mapping[str, str],
+        place: Placement = Placement(),
+        nice: int = 0,
     ) -> None:
         env = {
             "EDT_STORE": f"{self.store_host}:{self.port}",
@@ -349,6 +357,7 @@ class LocalController:
             node=place.node,
             gpus=place.gpus,
             job_dir=self.job_dir,
+            nice=nice,
         )
         self.procs[worker] = self.launcher.start_sync(spec)
 

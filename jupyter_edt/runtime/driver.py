@@ -24,6 +24,7 @@ server may recover from the job's newest checkpoint.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -90,6 +91,7 @@ class Driver:
         self.device_failures: dict[str, int] = {}  # device id -> workers failed on it
         self.failed_at: dict[str, float] = {}  # device id -> monotonic time of the last failure
         self.failures_seen = 0  # controller failure records already counted
+        self.formed_gen = 0  # the newest generation reported as formed
         self.moving_gen: int | None = None  # a move waits for this generation's state transfer
         self.ctl: LocalController | None = None
 
@@ -135,6 +137,7 @@ class Driver:
             if not self.elastic and ctl.store.check([formed_key(ctl.ctl["gen"])]):
                 self.status["elastic"] = True  # the runtime announced itself
                 self._report()
+            self._note_formed()
             orders = self.dir.read_orders() or {}
             if orders.get("seq", 0) > self.orders_seq:
                 self.orders_seq = orders["seq"]
@@ -147,6 +150,23 @@ class Driver:
             if error is not None:
                 return self._exit(1, error)
             time.sleep(TICK_S)
+
+    def _note_formed(self) -> None:
+        """Report a generation that formed since the last report (the service records when
+        its devices started training, and the survivors' pause)."""
+        assert self.ctl is not None
+        gen = self.ctl.ctl["gen"]
+        if gen <= self.formed_gen or not self.ctl.store.check([formed_key(gen)]):
+            return
+        self.formed_gen = gen
+        info = json.loads(self.ctl.store.get(formed_key(gen)))
+        self.status["formed"] = {
+            "generation": gen,
+            "world_size": info.get("world_size"),
+            "pause_s": info.get("pause_s"),
+            "time": time.time(),
+        }
+        self._report()
 
     @property
     def elastic(self) -> bool:

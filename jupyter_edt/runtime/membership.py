@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from .buckets import GradientBuckets
 from .group import Group, GroupError, LeaveJob
+from .priority import restore_start_priority
 from .state import TrainState
 
 __all__ = ["Membership", "Placement"]
@@ -74,6 +75,7 @@ class Membership:
         if not g.elastic:
             self.resume()
             return
+        restore_start_priority()  # prepared: from here the job waits for this worker too
         g.signal_ready()
         gen, members = g.next_membership(after=0)
         self.form(gen, members, time.monotonic())

@@ -1,4 +1,9 @@
-import { allocationChanges, describeChange } from '../jobview/timeline';
+import {
+  allocationChanges,
+  describeChange,
+  describeFormed,
+  withFormedGroups
+} from '../jobview/timeline';
 import { jobNotice } from '../notify';
 import type { IJobInfo } from '../api';
 
@@ -67,5 +72,35 @@ describe('allocationChanges', () => {
       'started on 4 GPUs'
     ]);
     expect(describeChange({ time: 1, from: 1, to: 3 })).toBe('grew 1 → 3');
+  });
+});
+
+describe('withFormedGroups', () => {
+  const group = (time: number, size: number, waited: number | null) => ({
+    time,
+    world_size: size,
+    pause_s: 0.04,
+    waited_s: waited
+  });
+
+  it('puts each group beside the change it formed on, none beside later ones', () => {
+    const changes = allocationChanges([10, 20, 30], [4, 2, 4]);
+    // the group on 4 at 12 answers the start, not the grow at 30 (before it)
+    const groups = [group(12, 4, 2), group(21, 2, 1), group(25, 1, null)];
+    const out = withFormedGroups(changes, groups);
+    expect(out.map(c => c.formed)).toEqual([null, groups[1], groups[0]]);
+    expect(
+      withFormedGroups(changes, [...groups, group(30.3, 4, 0.3)])[0].formed
+    ).toEqual(group(30.3, 4, 0.3));
+  });
+
+  it('says how long the devices waited and the pause', () => {
+    expect(describeFormed(group(1, 4, 0.256))).toBe(
+      'training after 0.26 s (pause 0.04 s)'
+    );
+    expect(describeFormed(group(1, 4, 12.4))).toBe(
+      'training after 12 s (pause 0.04 s)'
+    );
+    expect(describeFormed(group(1, 1, null))).toBe('trained on (pause 0.04 s)');
   });
 });

@@ -214,6 +214,7 @@ export interface IJobEvent {
     | 'allocation'
     | 'limits'
     | 'elastic'
+    | 'formed'
     | 'metrics'
     | 'keepalive'
     | string;
@@ -223,6 +224,12 @@ export interface IJobEvent {
   state?: JobState;
   reason?: string;
   devices?: string[];
+  /** `formed`: the group's generation and size, the survivors' pause, how long
+   * its allocation waited for it (null: none did) */
+  generation?: number;
+  world_size?: number;
+  pause_s?: number;
+  waited_s?: number | null;
   priority?: number;
   max_gpus?: number;
   elastic?: boolean;

@@ -13,6 +13,7 @@ import type { IDisposable } from '@lumino/disposable';
 
 import { DEFAULT_MAX_POINTS } from '../charts/downsample';
 import { AllocationSeries, LossSeries } from '../charts/series';
+import type { IFormedGroup } from '../jobview/timeline';
 import {
   EventStream,
   type ConnectionStatus,
@@ -109,6 +110,9 @@ export class JobController implements IDisposable {
 
   /** GPU count over time. */
   readonly allocation: AllocationSeries;
+
+  /** The groups the workers formed, oldest first (`formed` events). */
+  readonly formed: IFormedGroup[] = [];
 
   /** The job as last known; null until loaded. */
   get job(): IJobInfo | null {
@@ -366,6 +370,16 @@ export class JobController implements IDisposable {
         if (event.state && TERMINAL_STATES.has(event.state)) {
           // The job's last event: close the feed, read what may have raced it.
           this._finish(time);
+        }
+        break;
+      case 'formed':
+        if (typeof event.world_size === 'number') {
+          this.formed.push({
+            time,
+            world_size: event.world_size,
+            pause_s: event.pause_s ?? 0,
+            waited_s: event.waited_s ?? null
+          });
         }
         break;
       case 'allocation': {

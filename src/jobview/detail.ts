@@ -25,7 +25,13 @@ import { el } from '../dom';
 import { formatBytes } from '../format';
 import { ALL_LOGS, JobController } from '../jobpanel/controller';
 import { JobPanel, confirmCancelDialog } from '../jobpanel/panel';
-import { allocationChanges, clockTime, describeChange } from './timeline';
+import {
+  allocationChanges,
+  clockTime,
+  describeChange,
+  describeFormed,
+  withFormedGroups
+} from './timeline';
 
 /** Lines of log shown (and followed) in the tab. */
 const LOG_TAIL = 400;
@@ -273,16 +279,22 @@ export class JobDetail extends Widget {
 
     // Allocation changes.
     const { x, y } = c.allocation.points;
-    if (x.length !== this._changeCount) {
-      this._changeCount = x.length;
+    const seen = `${x.length}/${c.formed.length}`;
+    if (seen !== this._changesSeen) {
+      this._changesSeen = seen;
       this._changes.replaceChildren(
-        ...allocationChanges(x, y).map(change => {
+        ...withFormedGroups(allocationChanges(x, y), c.formed).map(change => {
           const item = el('li', 'jp-edt-allocation-change');
           item.dataset.gpus = String(change.to);
           item.append(
             el('span', 'jp-edt-muted', clockTime(change.time)),
             document.createTextNode(` ${describeChange(change)}`)
           );
+          if (change.formed) {
+            item.append(
+              el('span', 'jp-edt-muted', ` · ${describeFormed(change.formed)}`)
+            );
+          }
           return item;
         })
       );
@@ -396,7 +408,7 @@ export class JobDetail extends Widget {
   private readonly _artifacts: HTMLUListElement;
   private readonly _zip: HTMLAnchorElement;
   private _tabNames: string[] = [];
-  private _changeCount = -1;
+  private _changesSeen = '';
   private _artifactsLoaded = false;
   private _artifactsFinal = false;
 }

@@ -29,6 +29,47 @@ export function allocationChanges(
   return out.reverse();
 }
 
+/** A group the job's workers formed (a `formed` event). */
+export interface IFormedGroup {
+  /** Seconds since the epoch. */
+  time: number;
+  world_size: number;
+  /** The survivors' pause for it, in seconds. */
+  pause_s: number;
+  /** How long the allocation before it waited for it (null: none did). */
+  waited_s: number | null;
+}
+
+/**
+ * Each change (newest first, as `allocationChanges` gives them) with the group
+ * that formed on it: the first of that size after it and before the next
+ * change; null while none has.
+ */
+export function withFormedGroups(
+  changes: readonly IAllocationChange[],
+  groups: readonly IFormedGroup[]
+): (IAllocationChange & { formed: IFormedGroup | null })[] {
+  return changes.map((change, i) => {
+    const next = i > 0 ? changes[i - 1].time : Infinity;
+    const formed =
+      groups.find(
+        g =>
+          g.time >= change.time && g.time < next && g.world_size === change.to
+      ) ?? null;
+    return { ...change, formed };
+  });
+}
+
+/** "training after 0.26 s (pause 0.04 s)". */
+export function describeFormed(group: IFormedGroup): string {
+  const seconds = (s: number): string =>
+    `${s < 10 ? s.toFixed(2) : s.toFixed(0)} s`;
+  const pause = `pause ${seconds(group.pause_s)}`;
+  return group.waited_s === null
+    ? `trained on (${pause})`
+    : `training after ${seconds(group.waited_s)} (${pause})`;
+}
+
 /** "grew 2 → 4", "shrank 4 → 2", "started on 4", "released 2". */
 export function describeChange(change: IAllocationChange): string {
   const { from, to } = change;

@@ -12,7 +12,9 @@ import pytest
 from jobprograms import elastic, program
 from multiuser import api, finished, wait_for
 from realjobs import alive, wait_status
+from waiting import eventually
 
+from jupyter_edt.jobs.store import JobStore
 from jupyter_edt.runtime.jobdir import JobDir, process_start_time
 
 pytestmark = pytest.mark.multi_user
@@ -134,6 +136,21 @@ async def test_a_second_user_makes_the_first_job_cede_gpus_in_place_and_get_them
     grown = await wait_status(a_dir, lambda s: len(s["workers"]) == 4, "grown to 4 workers")
     for w in survivors:  # the same processes carried the job through both rescales
         assert grown["pids"][w] == shrunk["pids"][w] and alive(grown["pids"][w])
+    # each allocation is followed by the group that formed on it: how long its devices
+    # waited, and the survivors' pause
+    changes = await eventually(
+        lambda: allocations_and_groups(tmp_path, a["id"]),
+        "the group formed on 4 again",
+        until=lambda c: c[-1][0] == "formed" and c[-1][1]["world_size"] == 4,
+    )
+    sizes = [(kind, data["world_size"]) for kind, data in changes]
+    assert sizes[:2] == [("allocation", 4), ("formed", 4)]  # the start, then...
+    assert ("allocation", 2) in sizes and sizes[-2:] == [("allocation", 4), ("formed", 4)]
+    shrink = sizes.index(("allocation", 2))
+    assert sizes[shrink + 1] == ("formed", 2)
+    for kind, data in changes:
+        if kind == "formed":
+            assert 0 <= data["pause_s"] < 30 and 0 < data["waited_s"] < 60, data
 
     cancelled = await api(jp_fetch, "alice", "jobs", a["id"], method="DELETE")
     assert cancelled["state"] == "CANCELLED"
@@ -170,3 +187,19 @@ async def test_a_plain_program_sees_the_job_environment(jp_fetch, tmp_path):
         "CUDA_VISIBLE_DEVICES": "",  # a virtual GPU is a CPU slot
         "cwd": str(d.code),
     }
+
+
+def allocations_and_groups(tmp_path: Path, job_id: str) -> list[tuple[str, dict]]:
+    """The job's allocation and formed events, oldest first, as (kind, data with world_size)."""
+    store = JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}")
+    try:
+        events = store.events(job_id=job_id)
+    finally:
+        store.close()
+    out = []
+    for e in events:
+        if e["kind"] == "allocation" and e["devices"]:
+            out.append(("allocation", {**e, "world_size": len(e["devices"])}))
+        elif e["kind"] == "formed":
+            out.append(("formed", e))
+    return out

@@ -250,3 +250,17 @@ def test_a_job_is_rigid_until_announced_again_at_each_start_and_counts_its_resta
     assert kinds.count(("elastic", True, None)) == 1
     assert ("state", None, 1) in kinds and ("state", False, None) in kinds
     store.close()
+
+
+def test_a_formed_group_says_how_long_its_allocation_waited_once(store):
+    job = store.create_job("ana", spec(), now=100.0)
+    store.set_state(job.id, JobState.STARTING, "given", now=101.0)
+    store.set_devices(job.id, ["gpu0", "gpu1"], "admitted", now=101.0)
+    first = store.record_formed(job.id, 1, 2, 0.05, now=103.5)
+    assert first == {"generation": 1, "world_size": 2, "pause_s": 0.05, "waited_s": 2.5}
+    # a group re-formed without an allocation (a worker died): nobody waited for it
+    assert store.record_formed(job.id, 2, 1, 0.01, now=110.0)["waited_s"] is None
+    store.set_devices(job.id, ["gpu0", "gpu1", "gpu2"], "grown", now=120.0)
+    assert store.record_formed(job.id, 3, 3, 0.1, now=120.25)["waited_s"] == 0.25
+    formed = [e for e in store.events(job_id=job.id) if e["kind"] == "formed"]
+    assert [(e["world_size"], e["time"]) for e in formed] == [(2, 103.5), (1, 110.0), (3, 120.25)]

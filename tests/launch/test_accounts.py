@@ -306,6 +306,9 @@ class Reports:
     async def job_running(self, job_id: str, reason: str = "") -> None:
         pass
 
+    async def job_formed(self, job_id: str, formed: Mapping[str, Any]) -> None:
+        pass
+
     async def job_elastic(self, job_id: str) -> None:
         pass
 

@@ -3,6 +3,7 @@ nothing behind, and never pass from one account to another."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -184,3 +185,48 @@ def test_a_job_started_warm_trains_to_the_same_parameters_as_a_cold_one(forkserv
     for name, value in models["cold"].items():
         assert value.dtype in (torch.float64, torch.int64)
         assert torch.equal(models["warm"][name], value), name
+
+
+NICE_PROBE = textwrap.dedent(
+    """
+    import json, os, threading, time
+    from jupyter_edt.runtime.priority import restore_start_priority
+    start = os.getpriority(os.PRIO_PROCESS, 0)
+    thread = threading.Thread(target=time.sleep, args=(1,))
+    thread.start()  # started while it prepares: it inherits the lowered priority
+    inherited = os.getpriority(os.PRIO_PROCESS, thread.native_id)
+    restored = restore_start_priority()
+    after = {os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir("/proc/self/task")}
+    print(json.dumps({"start": start, "inherited": inherited, "restored": restored,
+                      "after": sorted(after)}))
+    """
+)
+
+
+def test_a_joiner_prepares_at_a_lower_priority_and_joins_at_the_jobs(forkserver, tmp_path):
+    """As root, the fork server starts a process asked to be nicer that much nicer, and lets
+    it (every thread) come back as it joins; elsewhere it leaves the priority alone, since the
+    process could never come back."""
+    joiner = dataclasses.replace(spec(tmp_path, "joiner", NICE_PROBE), nice=10)
+    handle = LocalLauncher(forkserver=forkserver.name).start_sync(joiner)
+    assert isinstance(handle, ForkedProcess) and handle.wait_sync(60) == 0
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    lowered = min(19, ours + 10) - ours if may_raise_priority(ours) else 0
+    assert said(tmp_path, "joiner") == {
+        "start": ours + lowered,
+        "inherited": ours + lowered,
+        "restored": lowered,
+        "after": [ours],
+    }
+
+
+def may_raise_priority(current: int) -> bool:
+    """Whether a process of ours could raise its priority back: CAP_SYS_NICE (root's, here),
+    or an RLIMIT_NICE that reaches `current`."""
+    import resource
+
+    status = Path("/proc/self/status").read_text()
+    caps = int(
+        next(line for line in status.splitlines() if line.startswith("CapEff:")).split()[1], 16
+    )
+    return bool(caps >> 23 & 1) or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20 - current

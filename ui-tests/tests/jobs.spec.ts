@@ -205,6 +205,10 @@ test('the job list follows two jobs, the detail tab charts one and cancels it', 
       detail.locator('.jp-edt-allocation-change').first()
     ).toHaveAttribute('data-gpus', '2');
     await expect(detail.locator('.jp-edt-allocation-change')).toHaveCount(2);
+    // and when the job trained on its new GPUs, how long they waited
+    await expect(
+      detail.locator('.jp-edt-allocation-change').first()
+    ).toContainText('training after', { timeout: 60 * 1000 });
     await expect(detail.locator('.jp-edt-job-gpus')).toHaveText(
       `2 / ${VIRTUAL_GPUS}`
     );

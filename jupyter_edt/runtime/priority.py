@@ -1,0 +1,25 @@
+"""A joiner's CPU priority: lowered while it prepares (its launcher may start it so, see
+``ProcessSpec.nice``), so that the job's training processes go first on shared cores; raised
+back as it joins, since from then on the whole job waits for its slowest worker."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+#: Set by the launcher when it started this process that much lower than its own priority.
+START_NICE_ENV = "EDT_START_NICE"
+
+
+def restore_start_priority() -> int:
+    """Raise every thread of this process back by what it started lower; returns by how much
+    (0: it did not start lower). Linux keeps a priority per thread, and threads started meanwhile
+    (intra-op, gloo) inherited the lowered one."""
+    lowered = int(os.environ.pop(START_NICE_ENV, "0") or 0)
+    if lowered <= 0:
+        return 0
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):  # a thread that just ended
+            now = os.getpriority(os.PRIO_PROCESS, int(tid))
+            os.setpriority(os.PRIO_PROCESS, int(tid), max(-20, now - lowered))
+    return lowered
