@@ -275,6 +275,24 @@ class JobHost(LoggingConfigurable):
             raise ValueError(f"{self._option('virtual_gpus')} must be 0 or more, got {value}.")
         return value
 
+    @observe("warm_workers")
+    def _warm_workers_changed(self, change: dict) -> None:
+        """Turned off on a running service: its fork server stops (running processes go on)
+        and new ones start cold; turned on: a new one starts."""
+        service = getattr(self, "job_service", None)
+        launcher = getattr(getattr(service, "runner", None), "launcher", None)
+        if not isinstance(launcher, LocalLauncher):
+            return
+        if change["new"]:
+            self._forkserver = ForkServer(self.job_python)
+            self._forkserver.start()
+            launcher.use_forkserver(self._forkserver.name, self._forkserver.wait_ready)
+        else:
+            launcher.use_forkserver(None)
+            if self._forkserver is not None:
+                self._forkserver.stop()
+                self._forkserver = None
+
     @observe("virtual_gpus")
     def _virtual_gpus_changed(self, change: dict) -> None:
         inventory = getattr(self, "inventory", None)

@@ -299,22 +299,26 @@ class DriverRunner:
         assert self._reports is not None, "the service calls report_to() before jobs start"
         service = self._reports
         d = self.job_dir(job_id)
-        running = elastic = False
-        formed_gen = 0
+        seen: dict[str, Any] = {"running": False, "elastic": False, "formed": 0}
+
+        async def report(status: dict[str, Any]) -> None:
+            if not seen["running"] and status.get("state") in ("running", "exited"):
+                seen["running"] = True
+                await service.job_running(job_id, "processes started")
+            if not seen["elastic"] and status.get("elastic"):
+                seen["elastic"] = True
+                await service.job_elastic(job_id)
+            formed = status.get("formed")
+            if isinstance(formed, dict) and int(formed.get("generation", 0)) > seen["formed"]:
+                seen["formed"] = int(formed["generation"])
+                await service.job_formed(job_id, formed)
+
         try:
             while handle.returncode is None:
-                status = d.read_status() or {}
-                if not running and status.get("state") == "running":
-                    running = True
-                    await service.job_running(job_id, "processes started")
-                if not elastic and status.get("elastic"):
-                    elastic = True
-                    await service.job_elastic(job_id)
-                formed = status.get("formed")
-                if isinstance(formed, dict) and int(formed.get("generation", 0)) > formed_gen:
-                    formed_gen = int(formed["generation"])
-                    await service.job_formed(job_id, formed)
+                await report(d.read_status() or {})
                 await asyncio.sleep(self.poll_interval)
+            # a job quicker than a poll: what it reported before it ended still counts
+            await report(d.read_status() or {})
             await self._forward([job_id])  # what it wrote last, before its end is recorded
             self._tails.pop(job_id, None)
             code = handle.returncode

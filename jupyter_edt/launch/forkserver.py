@@ -133,7 +133,11 @@ class _Server:
             line, _, rest = bytes(buf).partition(b"\n")
             buf[:] = rest
             try:
-                answer = {"pid": self._fork(conn, json.loads(line), fds)}
+                request = json.loads(line)
+                if "restore" in request:
+                    answer = {"restored": self._restore(conn, int(request["restore"]))}
+                else:
+                    answer = {"pid": self._fork(conn, request, fds)}
             except Exception as err:  # the request was wrong: say so, keep serving
                 answer = {"error": f"{type(err).__name__}: {err}"}
             finally:
@@ -143,6 +147,20 @@ class _Server:
                 fds = []
             with contextlib.suppress(OSError):
                 conn.sendall(json.dumps(answer).encode() + b"\n")
+
+    def _restore(self, conn: socket.socket, lowered: int) -> int:
+        """A child of ours that started `lowered` nicer raises every thread back (it may not
+        itself once it is its user's): never above this server's own priority."""
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid = struct.unpack("3i", creds)[0]
+        if pid not in self.children:
+            raise PermissionError(f"pid {pid} is not a process this server started")
+        floor = os.getpriority(os.PRIO_PROCESS, 0)
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):  # a thread that just ended
+                now = os.getpriority(os.PRIO_PROCESS, int(tid))
+                os.setpriority(os.PRIO_PROCESS, int(tid), max(floor, now - max(0, lowered)))
+        return lowered
 
     def _drop(self, conn: socket.socket) -> None:
         """The requester is gone: its children that die with it are killed."""
@@ -251,12 +269,13 @@ def _become(
         for fd in (null, out_fd, err_fd):
             os.close(fd)
         asked = int(request.get("nice") or 0)
+        server_raises = _capable(_CAP_SYS_NICE)  # the server may raise it back (`_restore`)
         if uid is not None:
             _allow_return(asked)
             os.setgroups(groups or [])
             os.setgid(gid)  # type: ignore[arg-type]
             os.setuid(uid)
-        nice = _lowered(asked)
+        nice = _lowered(asked, server_raises)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -265,10 +284,17 @@ def _become(
         code = _run_module(request["argv"], request["cwd"], request["env"])
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-    except BaseException:
+        if done.code is not None and not isinstance(done.code, int):
+            print(done.code, file=sys.stderr)  # sys.exit("why"), as Python says it
+    except BaseException as err:
         import traceback
 
-        traceback.print_exc()
+        # from the module's own frames on, as `python -m` would show it (a log's last lines
+        # are what a failed job shows its user)
+        tb = err.__traceback__
+        while tb is not None and tb.tb_next is not None and not _theirs(tb.tb_next):
+            tb = tb.tb_next
+        traceback.print_exception(type(err), err, tb.tb_next if tb is not None else None)
         code = 1
     finally:
         with contextlib.suppress(Exception):
@@ -290,14 +316,15 @@ def _allow_return(nice: int) -> None:
                 resource.setrlimit(resource.RLIMIT_NICE, (ceiling, max(hard, ceiling)))
 
 
-def _lowered(nice: int) -> int:
-    """Lower this process's CPU priority by `nice` if it may raise it back later; how much it
-    lowered it (0: not at all: it could never come back, and the job would wait for it)."""
+def _lowered(nice: int, server_raises: bool) -> int:
+    """Lower this process's CPU priority by `nice` if it, or its server, may raise it back
+    later; how much it lowered it (0: not at all: it could never come back, and the job would
+    wait for it)."""
     if nice <= 0:
         return 0
     current = os.getpriority(os.PRIO_PROCESS, 0)
     soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
-    if soft < 20 - current and not _capable(_CAP_SYS_NICE):
+    if soft < 20 - current and not _capable(_CAP_SYS_NICE) and not server_raises:
         return 0
     os.setpriority(os.PRIO_PROCESS, 0, min(19, current + nice))
     return os.getpriority(os.PRIO_PROCESS, 0) - current
@@ -313,6 +340,12 @@ def _capable(cap: int) -> bool:
             if line.startswith("CapEff:"):
                 return bool(int(line.split()[1], 16) >> cap & 1)
     return False
+
+
+def _theirs(tb: Any) -> bool:
+    """Whether a traceback entry is the run module's (not this server's, nor runpy's)."""
+    name = tb.tb_frame.f_code.co_filename
+    return name != __file__ and not name.startswith("<frozen runpy")
 
 
 def _run_module(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> int:
@@ -338,6 +371,9 @@ def serve(name: str) -> None:
     logging.basicConfig(level=logging.WARNING)
     for module in PRELOAD:
         __import__(module)
+    torch = sys.modules["torch"]  # preloaded (launch/ imports nothing but the standard library)
+    if torch.cuda.is_initialized():  # a child could not use CUDA, and idle GPUs hold memory
+        raise RuntimeError("CUDA was initialised while preloading: nothing may be forked")
     server = _Server(name)
     print("ready", flush=True)
     server.serve()
@@ -459,6 +495,20 @@ class ForkClient:
             os.close(status_r)
             raise OSError(f"the fork server refused: {answer.get('error')}")
         return int(answer["pid"]), status_r
+
+    def restore(self, lowered: int) -> int:
+        """Ask the server that forked this process to raise it back by `lowered`."""
+        with self._lock:
+            sock = self._connect()
+            try:
+                sock.sendall(json.dumps({"restore": lowered}).encode() + b"\n")
+                answer = self._answer(sock)
+            except OSError:
+                self._close()
+                raise
+        if "restored" not in answer:
+            raise OSError(f"the fork server refused: {answer.get('error')}")
+        return int(answer["restored"])
 
     def _connect(self) -> socket.socket:
         if self._sock is None:

@@ -137,12 +137,17 @@ class LocalLauncher(Launcher):
     ) -> None:
         self.own_session = own_session
         self.die_with_parent = die_with_parent
-        self.forkserver = forkserver
         self.warm_python = warm_python  # the interpreter the fork server runs
-        # waits while the server preloads (a start then is quicker than one beside it), if
-        # this launcher started it
-        self.forkserver_ready = forkserver_ready
-        self._client: ForkClient | None = None if forkserver is None else ForkClient(forkserver)
+        self.use_forkserver(forkserver, forkserver_ready)
+
+    def use_forkserver(
+        self, name: str | None, ready: Callable[[float], bool] | None = None
+    ) -> None:
+        """Start processes from this fork server from now on (None: cold). `ready` waits
+        while it preloads (a start then is quicker than one beside it), for its owner."""
+        self.forkserver = name
+        self.forkserver_ready = ready
+        self._client: ForkClient | None = None if name is None else ForkClient(name)
 
     def driver_env(self) -> dict[str, str]:
         return {} if self.forkserver is None else {FORKSERVER_ENV: self.forkserver}
@@ -209,12 +214,12 @@ class LocalLauncher(Launcher):
     ) -> ForkedProcess | None:
         """Start the process from the fork server; None when it cannot (it is starting, or
         gone): the caller starts it cold."""
-        assert self._client is not None
-        account = spec.account
-        if self.forkserver_ready is not None and not self.forkserver_ready(FORKSERVER_WAIT_S):
+        client, ready = self._client, self.forkserver_ready  # as they are now (a change races)
+        if client is None or (ready is not None and not ready(FORKSERVER_WAIT_S)):
             return None
+        account = spec.account
         try:
-            pid, status = self._client.fork(
+            pid, status = client.fork(
                 spec.argv,
                 env,
                 str(spec.cwd),

@@ -18,8 +18,17 @@ def restore_start_priority() -> int:
     lowered = int(os.environ.pop(START_NICE_ENV, "0") or 0)
     if lowered <= 0:
         return 0
-    for tid in os.listdir("/proc/self/task"):
-        with contextlib.suppress(OSError):  # a thread that just ended
-            now = os.getpriority(os.PRIO_PROCESS, int(tid))
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                now = os.getpriority(os.PRIO_PROCESS, int(tid))
+            except ProcessLookupError:  # a thread that just ended
+                continue
             os.setpriority(os.PRIO_PROCESS, int(tid), max(-20, now - lowered))
+    except PermissionError:
+        # the user's own account may not: the fork server that lowered it raises it back
+        from ..launch.forkserver import FORKSERVER_ENV, ForkClient
+
+        with contextlib.suppress(KeyError, OSError):
+            ForkClient(os.environ[FORKSERVER_ENV]).restore(lowered)
     return lowered

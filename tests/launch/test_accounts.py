@@ -43,7 +43,7 @@ from jupyter_edt.launch.accounts import (
     lookup_account,
 )
 from jupyter_edt.launch.base import ProcessSpec
-from jupyter_edt.launch.forkserver import ForkServer
+from jupyter_edt.launch.forkserver import FORKSERVER_ENV, ForkClient, ForkServer, StatusPipe
 from jupyter_edt.launch.local import LocalLauncher, log_paths
 from jupyter_edt.scheduling.inventory import Device
 
@@ -247,6 +247,46 @@ def test_the_fork_server_gives_each_account_its_own_processes_only(machine: Mach
         alice = machine.alice
         assert run_as(alice) == f"{alice.uid} {sorted(alice.groups)}"
         assert machine.group in alice.groups  # her supplementary groups, too
+    finally:
+        server.stop()
+
+
+def test_a_joiner_of_another_account_gets_its_priority_back_from_the_fork_server(
+    machine: Machine,
+):
+    """Lowered while it prepares, a joiner that runs as its user may not raise its priority
+    back itself: the (root) fork server that lowered it does, for its own children only."""
+    server = ForkServer(machine.python)
+    server.start()
+    try:
+        assert server.wait_ready(120)
+        (machine.base / "edt_nice_probe.py").write_text(
+            textwrap.dedent(
+                """
+                import json, os
+                from jupyter_edt.runtime.priority import restore_start_priority
+                start = os.getpriority(os.PRIO_PROCESS, 0)
+                lowered = restore_start_priority()
+                print(json.dumps([os.getuid(), start, lowered, os.getpriority(os.PRIO_PROCESS, 0)]))
+                """
+            )
+        )
+        r, w = os.pipe()
+        bob = machine.bob
+        _, status = ForkClient(server.name).fork(
+            [machine.python, "-m", "edt_nice_probe"],
+            {"PYTHONPATH": str(machine.base), FORKSERVER_ENV: server.name},
+            "/",
+            w,
+            w,
+            account={"uid": bob.uid, "gid": bob.gid, "groups": list(bob.groups)},
+            nice=10,
+        )
+        os.close(w)
+        assert StatusPipe(status).wait(60) == 0
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        said = json.loads(os.read(r, 4096))
+        assert said == [bob.uid, min(19, ours + 10), min(19, ours + 10) - ours, ours]
     finally:
         server.stop()
 

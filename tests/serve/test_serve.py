@@ -7,12 +7,14 @@ The JupyterHub deployment is tests/hub/."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from edtservice import call
 from jobprograms import DEADLINE_S, elastic, program
 from waiting import eventually_sync
 
 from jupyter_edt.notebook import EDTClient
+from jupyter_edt.runtime.jobdir import process_start_time
 
 
 def test_every_request_needs_a_valid_token(service, tokens):
@@ -74,8 +76,12 @@ def test_running_jobs_survive_a_restart_of_the_service(service, tokens):
     job = alice.submit(program(6, samples=32, delay=0.02), name="survivor", max_gpus=2)
     eventually_sync(lambda: elastic(alice.get(job.id).data), "the job running elastic", timeout=90)
     driver = (service.root / "jobs" / job.id / "status.json").read_text()
+    (warm,) = fork_servers_of(service.process.pid)  # it started the job's processes
     assert service.stop() == 0
+    # its fork server went with it; the job's processes (forked by it) did not
+    eventually_sync(lambda: process_start_time(warm) is None, "the fork server gone")
     service.start()
+    assert len(fork_servers_of(service.process.pid)) == 1
     assert alice.get(job.id).state == "RUNNING"  # re-attached, not restarted
     assert (
         (service.root / "jobs" / job.id / "status.json")
@@ -84,3 +90,17 @@ def test_running_jobs_survive_a_restart_of_the_service(service, tokens):
     )
     done = alice.get(job.id).wait(timeout=DEADLINE_S, progress=False)
     assert done.state == "SUCCEEDED" and done.restarts == 0
+
+
+def fork_servers_of(pid: int) -> list[int]:
+    """The fork servers (warm processes) that the process `pid` started."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == pid and b"jupyter_edt.launch.forkserver" in cmdline:
+            found.append(int(proc.name))
+    return found
