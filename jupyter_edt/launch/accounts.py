@@ -111,10 +111,15 @@ def account_environment(
 ) -> dict[str, str]:
     """The environment of a process started as `account`: the safe part of `environ` (the
     service's, see SAFE_ENV), then `extra` (the job's own), then the account's identity."""
-    env = {k: v for k, v in environ.items() if k in SAFE_ENV or k.startswith(SAFE_ENV_PREFIXES)}
+    env = safe_environment(environ)
     env.update(extra)
     env.update(HOME=str(account.home), USER=account.name, LOGNAME=account.name, SHELL=account.shell)
     return env
+
+
+def safe_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of `environ` a process may inherit from the service (see SAFE_ENV)."""
+    return {k: v for k, v in environ.items() if k in SAFE_ENV or k.startswith(SAFE_ENV_PREFIXES)}
 
 
 def hand_over(root: str | os.PathLike[str], account: Account) -> None:

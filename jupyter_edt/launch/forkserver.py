@@ -47,7 +47,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..runtime.priority import START_NICE_ENV
+from ..runtime.priority import START_NICE_ENV, raise_threads
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +155,7 @@ class _Server:
         pid = struct.unpack("3i", creds)[0]
         if pid not in self.children:
             raise PermissionError(f"pid {pid} is not a process this server started")
-        floor = os.getpriority(os.PRIO_PROCESS, 0)
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError):  # a thread that just ended
-                now = os.getpriority(os.PRIO_PROCESS, int(tid))
-                os.setpriority(os.PRIO_PROCESS, int(tid), max(floor, now - max(0, lowered)))
+        raise_threads(pid, lowered, ceiling=os.getpriority(os.PRIO_PROCESS, 0))
         return lowered
 
     def _drop(self, conn: socket.socket) -> None:
@@ -395,9 +391,9 @@ class ForkServer:
         """Start the server (it preloads in the background; requests made before it is ready
         start cold). Its environment is the safe part of `environ`: whatever it holds, every
         process forked from it holds too."""
-        from .accounts import SAFE_ENV, SAFE_ENV_PREFIXES
+        from .accounts import safe_environment
 
-        env = {k: v for k, v in environ.items() if k in SAFE_ENV or k.startswith(SAFE_ENV_PREFIXES)}
+        env = safe_environment(environ)
         env.update({k: environ[k] for k in ("HOME", "PYTHONPATH") if k in environ})
         self.process = subprocess.Popen(
             [self.python, "-m", "jupyter_edt.launch.forkserver", self.name],

@@ -19,12 +19,7 @@ def restore_start_priority() -> int:
     if lowered <= 0:
         return 0
     try:
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                now = os.getpriority(os.PRIO_PROCESS, int(tid))
-            except ProcessLookupError:  # a thread that just ended
-                continue
-            os.setpriority(os.PRIO_PROCESS, int(tid), max(-20, now - lowered))
+        raise_threads("self", lowered)
     except PermissionError:
         # the user's own account may not: the fork server that lowered it raises it back
         from ..launch.forkserver import FORKSERVER_ENV, ForkClient
@@ -32,3 +27,12 @@ def restore_start_priority() -> int:
         with contextlib.suppress(KeyError, OSError):
             ForkClient(os.environ[FORKSERVER_ENV]).restore(lowered)
     return lowered
+
+
+def raise_threads(pid: int | str, by: int, ceiling: int = -20) -> None:
+    """Raise the CPU priority of every thread of process `pid` (``"self"``: this one) by `by`,
+    never above `ceiling` (a nice value). PermissionError when this process may not."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that just ended
+            now = os.getpriority(os.PRIO_PROCESS, int(tid))
+            os.setpriority(os.PRIO_PROCESS, int(tid), max(ceiling, now - max(0, by)))
