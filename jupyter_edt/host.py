@@ -284,14 +284,26 @@ class JobHost(LoggingConfigurable):
         if not isinstance(launcher, LocalLauncher):
             return
         if change["new"]:
-            self._forkserver = ForkServer(self.job_python)
-            self._forkserver.start()
-            launcher.use_forkserver(self._forkserver.name, self._forkserver.wait_ready)
+            server = self._start_forkserver()
+            launcher.use_forkserver(server.name, server.wait_ready)
         else:
             launcher.use_forkserver(None)
-            if self._forkserver is not None:
-                self._forkserver.stop()
-                self._forkserver = None
+            self._stop_forkserver()
+
+    def _start_forkserver(self) -> ForkServer:
+        """This host's fork server, started if it runs none (call it on the main thread: the
+        server dies with the thread that started it). It runs the jobs' interpreter, whose
+        children run as the jobs' users."""
+        if self._forkserver is None:
+            self._forkserver = ForkServer(self.job_python)
+            self._forkserver.start()
+        return self._forkserver
+
+    def _stop_forkserver(self) -> None:
+        """Running jobs' processes do not depend on it: they go on."""
+        if self._forkserver is not None:
+            self._forkserver.stop()
+            self._forkserver = None
 
     @observe("virtual_gpus")
     def _virtual_gpus_changed(self, change: dict) -> None:
@@ -367,14 +379,11 @@ class JobHost(LoggingConfigurable):
                 shared_fs=self.ray_shared_filesystem,
             )
         if self.warm_workers and issubclass(self.launcher_class, LocalLauncher):
-            if self._forkserver is None:
-                # the jobs' interpreter: its children run as the jobs' users
-                self._forkserver = ForkServer(self.job_python)
-                self._forkserver.start()  # on the main thread: it dies with this process
+            server = self._start_forkserver()
             return self.launcher_class(
-                forkserver=self._forkserver.name,
+                forkserver=server.name,
                 warm_python=self.job_python,
-                forkserver_ready=self._forkserver.wait_ready,
+                forkserver_ready=server.wait_ready,
             )
         return self.launcher_class()
 
@@ -428,9 +437,7 @@ class JobHost(LoggingConfigurable):
         await self.job_service.runner.close()
         self.job_service.store.close()
         self.inventory.close()
-        if self._forkserver is not None:  # running jobs' processes do not depend on it
-            self._forkserver.stop()
-            self._forkserver = None
+        self._stop_forkserver()
 
 
 def load_policy(name: str, option: str = "policy") -> Policy:

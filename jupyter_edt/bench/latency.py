@@ -35,7 +35,6 @@ from typing import Any, TypeVar
 from . import events
 
 T = TypeVar("T")
-USER = "bench"
 DEADLINE_S = 180.0
 FIGURES = (
     "submit_to_first_step_s",

@@ -128,6 +128,8 @@ class _Server:
         buf += data
         if len(buf) > _MAX_REQUEST:
             self._drop(conn)
+            for fd in fds:
+                os.close(fd)
             return
         while b"\n" in buf:
             line, _, rest = bytes(buf).partition(b"\n")
@@ -151,8 +153,7 @@ class _Server:
     def _restore(self, conn: socket.socket, lowered: int) -> int:
         """A child of ours that started `lowered` nicer raises every thread back (it may not
         itself once it is its user's): never above this server's own priority."""
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        pid = struct.unpack("3i", creds)[0]
+        pid, _ = _peer(conn)
         if pid not in self.children:
             raise PermissionError(f"pid {pid} is not a process this server started")
         raise_threads(pid, lowered, ceiling=os.getpriority(os.PRIO_PROCESS, 0))
@@ -189,8 +190,7 @@ class _Server:
         self, conn: socket.socket, asked: Mapping[str, Any] | None
     ) -> tuple[int | None, int | None, list[int] | None]:
         """The uid, gid and groups the child takes (None: the server's own)."""
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _, peer_uid, _ = struct.unpack("3i", creds)
+        _, peer_uid = _peer(conn)
         if peer_uid != self.uid:
             if self.uid != 0:
                 raise PermissionError(f"uid {peer_uid} may not use the fork server of {self.uid}")
@@ -227,6 +227,13 @@ class _Server:
         os.close(self.wake_r)
         for _, _, fd in self.children.values():
             os.close(fd)
+
+
+def _peer(conn: socket.socket) -> tuple[int, int]:
+    """The pid and uid of the process at the other end (the kernel says, not the request)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", creds)
+    return pid, uid
 
 
 def _received_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
