@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ class FakeRunner:
         self.orders.append(("cancel", job.id, ()))
         self.running.pop(job.id, None)
 
-    def reattach(self, job: Job, taken: Sequence[Mapping[str, Any]] = ()) -> bool:
+    def reattach(self, job: Job) -> bool:
         return job.id in self.running
 
     def log_dir(self, job_id: str) -> Path:

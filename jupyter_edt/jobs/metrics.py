@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,22 @@ from .plugins import JobPlugin
 METRIC_EVENTS = {"train_begin": "generation", "step": "global_step", "epoch": "epoch"}
 # Which process reported an event: not what the job measured.
 REPORTER_FIELDS = ("seq", "pid", "worker", "rank")
+
+
+@dataclass(frozen=True)
+class ReadFrom:
+    """Where reading a job's metric files takes up again, as the store kept it: every driver
+    of the job (a resumed one, one a restarted server follows) reads on from there, so no
+    record is stored twice.
+
+    `positions`: how far each file was read (paths relative to the job directory), committed
+    with the records read up to there (`JobStore.add_metrics_many`). `taken`: the newest record
+    of each kind, so a copy of a step that another worker's file holds further on (where its
+    reading had not reached) is not taken again.
+    """
+
+    positions: Mapping[str, int] = field(default_factory=dict)
+    taken: Sequence[Mapping[str, Any]] = ()
 
 
 class MetricRecords:
@@ -28,8 +46,8 @@ class MetricRecords:
     ``train_begin`` counts from rank 0 (each worker's own start), as does every event with no
     run (an older runtime).
 
-    `taken`: records already kept (a restarted server's newest, `JobStore.latest_metrics`), so
-    that reading the event files again from their start adds nothing twice.
+    `taken`: records already kept (`ReadFrom.taken`), so that a copy of one of them read
+    later adds nothing twice.
     """
 
     def __init__(self, taken: Iterable[Mapping[str, Any]] = ()) -> None:
@@ -66,15 +84,33 @@ class EventTail:
     for the next call, or is skipped when it can never be completed (not valid JSON).
     """
 
-    def __init__(self, log_dir: Path, patterns: tuple[str, ...] = ("events-*.jsonl",)) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        patterns: tuple[str, ...] = ("events-*.jsonl",),
+        offsets: Mapping[Path, int] | None = None,
+    ) -> None:
         self.log_dir = log_dir
         self.patterns = patterns
-        self._offsets: dict[Path, int] = {}
+        # of `offsets` (a whole job's, say), those of the files this tail reads
+        self._offsets = {path: n for path, n in (offsets or {}).items() if self._reads(path)}
         self._lock = threading.Lock()  # read from executor threads: each line goes out once
 
     def read_new(self) -> list[dict[str, Any]]:
         with self._lock:
             return self._read_new()
+
+    def _reads(self, path: Path) -> bool:
+        try:
+            name = path.relative_to(self.log_dir)
+        except ValueError:
+            return False
+        return any(len(name.parts) == len(Path(p).parts) and name.match(p) for p in self.patterns)
+
+    def offsets(self) -> dict[Path, int]:
+        """How far each file has been read (complete lines only)."""
+        with self._lock:
+            return dict(self._offsets)
 
     def _read_new(self) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = []
@@ -102,23 +138,37 @@ class EventTail:
 
 
 class JobMetricsTail:
-    """A job's new metric records: its workers' runtime events (`MetricRecords`, past those
-    `taken`), then what each plugin reads from the metric files its programs write (WMLA's
-    emetrics, say)."""
+    """A job's new metric records: its workers' runtime events (`MetricRecords`), then what
+    each plugin reads from the metric files its programs write (WMLA's emetrics, say), from
+    where an earlier reading stopped (`start`)."""
 
     def __init__(
         self,
         job_root: Path,
         log_dir: Path,
         plugins: Sequence[JobPlugin] = (),
-        taken: Iterable[Mapping[str, Any]] = (),
+        start: ReadFrom = ReadFrom(),
     ) -> None:
-        self.events = EventTail(log_dir)
-        self.records = MetricRecords(taken)
-        self.plugins = [(p, EventTail(job_root, tuple(p.metric_files))) for p in plugins]
+        self.job_root = job_root
+        offsets = {
+            Path(os.path.normpath(job_root / name)): offset
+            for name, offset in start.positions.items()
+        }
+        self.events = EventTail(log_dir, offsets=offsets)
+        self.records = MetricRecords(start.taken)
+        self.plugins = [(p, EventTail(job_root, tuple(p.metric_files), offsets)) for p in plugins]
 
     def read_new(self) -> list[dict[str, Any]]:
         records = self.records.pick(self.events.read_new())
         for plugin, tail in self.plugins:
             records += plugin.metric_records(tail.read_new())
         return records
+
+    def positions(self) -> dict[str, int]:
+        """How far each file has been read, by its path relative to the job directory: what
+        the store keeps with the records (`ReadFrom.positions`)."""
+        return {
+            os.path.relpath(path, self.job_root): offset
+            for tail in (self.events, *(t for _, t in self.plugins))
+            for path, offset in tail.offsets().items()
+        }

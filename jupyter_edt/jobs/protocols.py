@@ -1,7 +1,7 @@
 """What the job service and a runner know of each other, and nothing more.
 
 The service gives a runner orders (`JobRunner`); the runner reports what its processes did
-through the six calls of `RunnerReports`, which the service hands it once (`report_to`). So a
+through the calls of `RunnerReports`, which the service hands it once (`report_to`). So a
 runner can be replaced (another launcher, a fake in tests) without knowing the service.
 """
 
@@ -16,6 +16,7 @@ from .models import Job
 
 if TYPE_CHECKING:
     from ..runtime.jobdir import JobDir
+    from .metrics import ReadFrom
 
 __all__ = ["JobRunner", "RunnerReports"]
 
@@ -38,8 +39,16 @@ class RunnerReports(Protocol):
     async def job_exited(self, job_id: str, succeeded: bool, reason: str) -> None:
         """It ended by itself: succeeded, or failed for `reason`."""
 
-    def add_metrics(self, batches: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
-        """Metric records its workers wrote, for many jobs at once."""
+    def add_metrics(
+        self,
+        batches: Mapping[str, Sequence[Mapping[str, Any]]],
+        positions: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> None:
+        """Metric records its workers wrote, for many jobs at once, and how far each job's
+        files were read to find them (`ReadFrom.positions`)."""
+
+    def read_from(self, job_id: str) -> ReadFrom:
+        """Where reading the job's metric files takes up again (a resumed job, a restart)."""
 
 
 class JobRunner(Protocol):
@@ -57,9 +66,8 @@ class JobRunner(Protocol):
 
     async def cancel(self, job: Job) -> None: ...
 
-    def reattach(self, job: Job, taken: Sequence[Mapping[str, Any]] = ()) -> bool:
-        """After a restart: follow the job's processes again if they still run; `taken`: the
-        newest metric records the service already has of it (none is reported twice)."""
+    def reattach(self, job: Job) -> bool:
+        """After a restart: follow the job's processes again if they still run."""
 
     def log_dir(self, job_id: str) -> Path: ...
 

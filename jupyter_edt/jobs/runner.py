@@ -21,7 +21,7 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,13 +111,12 @@ class DriverRunner:
         handle = await self.launcher.start(self._driver_spec(job, account))
         self._follow(job.id, handle)
 
-    def reattach(self, job: Job, taken: Sequence[Mapping[str, Any]] = ()) -> bool:
-        """After a server restart: follow the job's driver again if it still runs, its
-        workers' metric records past those already `taken`."""
+    def reattach(self, job: Job) -> bool:
+        """After a server restart: follow the job's driver again if it still runs."""
         handle = self._adopt(job)
         if handle is None:
             return False
-        self._follow(job.id, handle, taken)
+        self._follow(job.id, handle)
         return True
 
     def _adopt(self, job: Job) -> ProcessHandle | None:
@@ -130,9 +129,11 @@ class DriverRunner:
         def exit_code() -> int | None:
             return (d.read_status() or {}).get("exit_code")
 
-        return self.launcher.adopt(
-            self._driver_spec(job), status["pid"], status["started"], exit_code
-        )
+        spec = self._driver_spec(job)
+        handle = self.launcher.adopt(spec, status["pid"], status["started"], exit_code)
+        if handle is None:  # it died while no server watched it: not its workers too
+            self.launcher.stop_leftovers(spec, status["pid"])
+        return handle
 
     def _driver_spec(self, job: Job, account: Account | None = None) -> ProcessSpec:
         """The driver's process; `account` only matters to a start (an adopted driver is only
@@ -156,12 +157,14 @@ class DriverRunner:
         if watcher is not None:
             watcher.cancel()
 
-    def _follow(
-        self, job_id: str, handle: ProcessHandle, taken: Sequence[Mapping[str, Any]] = ()
-    ) -> None:
+    def _follow(self, job_id: str, handle: ProcessHandle) -> None:
+        """Watch the job's driver, and read its metric files on from where the service's
+        records of them end (a resumed job's files hold its earlier runs' lines)."""
+        assert self._reports is not None, "the service calls report_to() before jobs start"
         self._drivers[job_id] = handle
         d = self.job_dir(job_id)
-        self._tails[job_id] = JobMetricsTail(d.root, d.logs, self.plugins, taken)
+        start = self._reports.read_from(job_id)
+        self._tails[job_id] = JobMetricsTail(d.root, d.logs, self.plugins, start)
         if self._collector is None:
             self._collector = asyncio.create_task(self._collect())
         self._watchers[job_id] = asyncio.create_task(self._watch(job_id, handle))
@@ -283,12 +286,14 @@ class DriverRunner:
         assert self._reports is not None, "the service calls report_to() before jobs start"
         tails = {j: self._tails[j] for j in job_ids if j in self._tails}
 
-        def read() -> dict[str, list[dict[str, Any]]]:
-            return {j: t.read_new() for j, t in tails.items()}
+        def read() -> dict[str, tuple[list[dict[str, Any]], dict[str, int]]]:
+            # each tail's positions as of what it just read: stored with those records
+            return {j: (t.read_new(), t.positions()) for j, t in tails.items()}
 
-        batches = {j: r for j, r in (await asyncio.to_thread(read)).items() if r}
+        read_now = await asyncio.to_thread(read)
+        batches = {j: records for j, (records, _) in read_now.items() if records}
         if batches:
-            self._reports.add_metrics(batches)
+            self._reports.add_metrics(batches, {j: read_now[j][1] for j in batches})
 
     async def _watch(self, job_id: str, handle: ProcessHandle) -> None:
         """Follow one driver until it exits, forwarding what it reports to the service.

@@ -22,7 +22,7 @@ from ..scheduling.allocator import Order
 from ..scheduling.monitor import InventoryMonitor
 from ..scheduling.policy import Policy, PolicyName, ShareRules
 from .archives import safe_extract
-from .metrics import METRIC_EVENTS
+from .metrics import METRIC_EVENTS, ReadFrom
 from .models import LIVE, TERMINAL, Job, JobSpec, JobState, SpecError
 from .progress import ProgressBook
 from .protocols import JobRunner
@@ -181,12 +181,13 @@ class JobService(JobQueries):
 
     async def delete(self, user: str, job_id: str, *, verb: str = "deleted") -> Job:
         """Remove the job: stop it if it has not ended, then delete its record, events and
-        metrics, and its job directory (code, logs, results). Returns the last record."""
+        metrics (keeping what accounting needs: `JobStore.delete_job`), and its job directory
+        (code, logs, results). Returns the last record."""
         job = self.get(user, job_id)
         if job.state not in TERMINAL:
             await self.cancel(user, job_id, verb=verb)
         self.feed.flush()  # subscribers see the final state before its events go
-        job = self.store.delete_job(job_id)
+        job = self.store.delete_job(job_id, now=self.clock())
         self._deleted.add(job_id)
         self.progress.forget(job_id)
         root = self.runner.job_dir(job_id).root
@@ -254,13 +255,24 @@ class JobService(JobQueries):
         self.progress.forget(job_id)
         await self.reschedule()
 
-    def add_metrics(self, batches: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
-        """Record what jobs' workers reported, for many jobs at once (one transaction)."""
+    def add_metrics(
+        self,
+        batches: Mapping[str, Sequence[Mapping[str, Any]]],
+        positions: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> None:
+        """Record what jobs' workers reported, for many jobs at once (one transaction), with
+        how far their files were read."""
         # the store copies each record as it writes it
         kept = {j: rs for j, rs in batches.items() if j not in self._deleted}
-        self.store.add_metrics_many(kept, now=self.clock())
+        read = {j: positions[j] for j in kept if j in (positions or {})}
+        self.store.add_metrics_many(kept, now=self.clock(), positions=read)
         for job_id, records in kept.items():
             self.progress.observe(job_id, records)
+
+    def read_from(self, job_id: str) -> ReadFrom:
+        return ReadFrom(
+            self.store.read_positions(job_id), self.store.latest_metrics(job_id, METRIC_EVENTS)
+        )
 
     # restart ------------------------------------------------------------------------------
 
@@ -278,7 +290,7 @@ class JobService(JobQueries):
             # suspended while the server stopped: its driver may still be checkpointing
             self.scheduler.follow_suspension(job)
         for job in self.store.list_jobs(states=LIVE):
-            if self.runner.reattach(job, self.store.latest_metrics(job.id, METRIC_EVENTS)):
+            if self.runner.reattach(job):
                 outcome["reattached"].append(job.id)
                 continue
             if resume_lost:

@@ -37,7 +37,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from .models import InvalidTransition, Job, JobSpec, JobState, check_transition
 from .usage import ACCOUNTED_KINDS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # How to bring a database of each older version one version up, in one transaction each; the
 # rows already stored stay as they are.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -45,6 +45,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE edt_jobs ADD COLUMN elastic BOOLEAN NOT NULL DEFAULT 0",
         "ALTER TABLE edt_jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0",
     ),
+    2: ("ALTER TABLE edt_jobs ADD COLUMN deleted FLOAT",),
 }
 
 
@@ -87,6 +88,8 @@ class JobRow(Base):
     elastic: Mapped[bool] = mapped_column(Boolean, default=False)
     #: Times it went back to the queue after its driver died.
     restarts: Mapped[int] = mapped_column(Integer, default=0)
+    #: When it was deleted: only its accounting stays (`JobStore.delete_job`).
+    deleted: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
 
     def to_job(self) -> Job:
         return Job(
@@ -150,6 +153,17 @@ class MetricRow(Base):
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "time": self.time, **self.values}
+
+
+class ReadPositionRow(Base):
+    """How far the service has read one of a job's metric files, committed with the records
+    read up to there: a resumed job or a restarted server reads on from it."""
+
+    __tablename__ = "edt_read_positions"
+    job_id: Mapped[str] = mapped_column(ForeignKey("edt_jobs.id"), primary_key=True)
+    #: relative to the job's directory
+    path: Mapped[str] = mapped_column(String, primary_key=True)
+    offset: Mapped[int] = mapped_column(Integer)
 
 
 class JobStore:
@@ -243,7 +257,11 @@ class JobStore:
     def list_jobs(
         self, *, user: str | None = None, states: Iterable[JobState] | None = None
     ) -> list[Job]:
-        query = select(JobRow).order_by(JobRow.created.desc(), JobRow.id)
+        query = (
+            select(JobRow)
+            .where(JobRow.deleted.is_(None))
+            .order_by(JobRow.created.desc(), JobRow.id)
+        )
         if user is not None:
             query = query.where(JobRow.user == user)
         if states is not None:
@@ -251,14 +269,26 @@ class JobStore:
         with self._session() as s:
             return [row.to_job() for row in s.scalars(query)]
 
-    def delete_job(self, job_id: str) -> Job:
-        """Remove the job's record with its events and metric records, in one transaction;
-        returns the record as it was. The caller stops the job first (``JobService.delete``)."""
+    def delete_job(self, job_id: str, *, now: float | None = None) -> Job:
+        """Remove the job, in one transaction; returns the record as it was. The caller stops
+        the job first (``JobService.delete``).
+
+        What it ran (its spec, its code), its metric records and its events go, and no read
+        finds it again. Its owner, name and state and allocation events stay, for accounting:
+        the GPU-seconds it held were taken from everyone else, and deleting a job must not
+        erase them from the usage report."""
+        now = time.time() if now is None else now
         with self._change() as s:
-            job = self._row(s, job_id).to_job()
+            row = self._row(s, job_id)
+            job = row.to_job()
+            row.deleted, row.spec = now, {}
             s.execute(delete(MetricRow).where(MetricRow.job_id == job_id))
-            s.execute(delete(EventRow).where(EventRow.job_id == job_id))
-            s.execute(delete(JobRow).where(JobRow.id == job_id))
+            s.execute(delete(ReadPositionRow).where(ReadPositionRow.job_id == job_id))
+            s.execute(
+                delete(EventRow).where(
+                    EventRow.job_id == job_id, EventRow.kind.not_in(ACCOUNTED_KINDS)
+                )
+            )
         self._unchecked.pop(job_id, None)
         return job
 
@@ -439,7 +469,7 @@ class JobStore:
         query = (
             select(EventRow, JobRow.user)
             .join(JobRow, JobRow.id == EventRow.job_id)
-            .where(EventRow.id > after)
+            .where(EventRow.id > after, JobRow.deleted.is_(None))
             .order_by(EventRow.id)
             .limit(limit)
         )
@@ -460,10 +490,15 @@ class JobStore:
         self.add_metrics_many({job_id: records}, now=now)
 
     def add_metrics_many(
-        self, batches: Mapping[str, Sequence[Mapping[str, Any]]], *, now: float | None = None
+        self,
+        batches: Mapping[str, Sequence[Mapping[str, Any]]],
+        *,
+        now: float | None = None,
+        positions: Mapping[str, Mapping[str, int]] | None = None,
     ) -> None:
         """Append metric records of several jobs in one transaction, and announce each job's
-        as one `metrics` event in the feed.
+        as one `metrics` event in the feed. `positions`: per job, how far each of its files
+        was read to find these records (`read_positions`), kept in the same transaction.
 
         Past the cap (checked every tenth of it), older records are thinned to every other one,
         and the oldest `metrics` events leave the feed (a client that was away that long reads
@@ -475,7 +510,11 @@ class JobStore:
         with self._change() as s:
             # Core inserts, many rows per statement: the ORM's unit of work cost ~50 ms per
             # 200 records, on the event loop every collection interval.
-            known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(list(batches)))))
+            known = set(
+                s.scalars(
+                    select(JobRow.id).where(JobRow.id.in_(list(batches)), JobRow.deleted.is_(None))
+                )
+            )
             for job_id in batches:
                 if job_id not in known:
                     raise UnknownJob(job_id)
@@ -496,6 +535,8 @@ class JobStore:
                 for j, rs in batches.items()
             ]
             s.execute(insert(EventRow.__table__), events)
+            if positions:
+                self._keep_positions(s, positions)
             for job_id, records in batches.items():
                 # Counting rows scans the job's rows: do it once per tenth of the cap.
                 added = self._unchecked.get(job_id, 0) + len(records)
@@ -504,6 +545,23 @@ class JobStore:
                 else:
                     self._unchecked[job_id] = 0
                     self._trim(s, job_id)
+
+    def _keep_positions(self, s: Session, positions: Mapping[str, Mapping[str, int]]) -> None:
+        s.execute(delete(ReadPositionRow).where(ReadPositionRow.job_id.in_(list(positions))))
+        rows = [
+            {"job_id": j, "path": path, "offset": offset}
+            for j, files in positions.items()
+            for path, offset in files.items()
+        ]
+        if rows:
+            s.execute(insert(ReadPositionRow.__table__), rows)
+
+    def read_positions(self, job_id: str) -> dict[str, int]:
+        """How far each of the job's metric files has been read, as of its stored records."""
+        with self._session() as s:
+            self._row(s, job_id)
+            rows = s.scalars(select(ReadPositionRow).where(ReadPositionRow.job_id == job_id))
+            return {row.path: row.offset for row in rows}
 
     def _trim(self, s: Session, job_id: str) -> None:
         feed = select(EventRow.id).where(EventRow.job_id == job_id, EventRow.kind == "metrics")
@@ -532,8 +590,8 @@ class JobStore:
             return [row.to_dict() for row in s.scalars(query)]
 
     def latest_metrics(self, job_id: str, types: Iterable[str]) -> list[dict[str, Any]]:
-        """The newest record of each of these types (``values["type"]``) the job has: where
-        a restarted server's reading of the job's event files takes up again."""
+        """The newest record of each of these types (``values["type"]``) the job has: what a
+        later reading of the job's event files must not take again."""
         with self._session() as s:
             self._row(s, job_id)
             out = []
@@ -585,7 +643,7 @@ class JobStore:
     @staticmethod
     def _row(s: Session, job_id: str) -> JobRow:
         job = s.get(JobRow, job_id)
-        if job is None:
+        if job is None or job.deleted is not None:
             raise UnknownJob(job_id)
         return job
 

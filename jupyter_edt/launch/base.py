@@ -124,6 +124,13 @@ class Launcher(ABC):
         `started` tells that process from a later one with the same pid; `exit_code` reads its
         end from the caller's own record (its status file), since a non-parent cannot."""
 
+    def stop_leftovers(self, spec: ProcessSpec, pid: int) -> None:
+        """Stop what is left of what a process a previous server started had started, now that
+        it has ended (`adopt` found it gone): a driver's workers, which would otherwise train
+        on beside the job's next driver. Nothing by default: a launcher
+        whose processes end with the one that started them has nothing to do."""
+        return None
+
     def driver_env(self) -> dict[str, str]:
         """What a driver this launcher starts needs in its environment to start its workers
         through the same kind of launcher (`launch.workers_launcher` reads it)."""

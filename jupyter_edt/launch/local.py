@@ -245,6 +245,14 @@ class LocalLauncher(Launcher):
             return None
         return AdoptedProcess(spec, pid, exit_code)
 
+    def stop_leftovers(self, spec: ProcessSpec, pid: int) -> None:
+        """Kill what is left of the process group the ended process led (a cold driver's
+        workers run in its group). Its pid names that group only while no process has it: the
+        kernel gives a pid to no new process while a group of that id has members, so a pid
+        in use again means the group is empty, and is left alone."""
+        if process_start_time(pid) is None:  # gone, or a zombie: its group is its own still
+            _signal_group(pid, signal.SIGKILL)
+
 
 def _parent_death_signal() -> Callable[[], None]:
     """What the child runs between fork and exec to be killed when its parent thread ends.

@@ -91,6 +91,16 @@ async def test_a_killed_driver_resumes_from_its_checkpoint_and_ends_as_an_uninte
     resumed = [r for r in said if r.startswith("driver killed by SIGKILL; resumes from")]
     assert len(resumed) == 1 and "(restart 1 of 3)" in resumed[0], said
     assert "(epoch " in resumed[0]  # the user reads where it resumes, not only a step
+    # each driver's steps once: the second's workers append to the first's files, which are
+    # read on from where the service's records end, not again from their start
+    steps: dict[str, list[int]] = {}
+    for record in service.store.metrics(job.id):
+        if record["type"] == "step":
+            steps.setdefault(record["run"], []).append(record["global_step"])
+    assert len(steps) == 2, list(steps)
+    killed, resumed_run = steps.values()
+    assert killed == list(range(len(killed))), killed
+    assert resumed_run == list(range(resumed_run[0], EPOCHS * STEPS_PER_EPOCH)), resumed_run
 
     # the same run in one plain process, never interrupted
     theirs = reference_model(PROGRAM, tmp_path)

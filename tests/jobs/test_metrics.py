@@ -1,11 +1,15 @@
 """A job's metric records from its workers' event files: each step and epoch once, whichever
-worker's copy arrives, none lost with a worker and none twice across a server restart."""
+worker's copy arrives, none lost with a worker and none twice across a server restart or a
+resumed driver (whose files still hold the earlier runs' lines), its plugins' files alike."""
 
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import text
 
-from jupyter_edt.jobs.metrics import METRIC_EVENTS, JobMetricsTail, MetricRecords
+from jupyter_edt.compat.formats import emetrics_line
+from jupyter_edt.compat.plugin import WMLAPlugin
+from jupyter_edt.jobs.metrics import METRIC_EVENTS, JobMetricsTail, MetricRecords, ReadFrom
 from jupyter_edt.jobs.models import JobSpec
 from jupyter_edt.jobs.store import JobStore
 from jupyter_edt.runtime.events import EventLog
@@ -63,7 +67,17 @@ def test_events_of_a_runtime_without_runs_count_from_rank_0(tmp_path):
     assert steps_of(JobMetricsTail(tmp_path, tmp_path).read_new()) == [0, 1]
 
 
-def test_a_restarted_server_reads_the_files_again_and_stores_nothing_twice(tmp_path):
+def store_read(store: JobStore, job_id: str, tail: JobMetricsTail) -> None:
+    """What the service does each collection: the records and how far they were read."""
+    store.add_metrics_many({job_id: tail.read_new()}, positions={job_id: tail.positions()})
+
+
+def read_from(store: JobStore, job_id: str) -> ReadFrom:
+    """What the service tells a runner that follows the job again (`JobService.read_from`)."""
+    return ReadFrom(store.read_positions(job_id), store.latest_metrics(job_id, METRIC_EVENTS))
+
+
+def test_a_restarted_server_reads_on_and_stores_nothing_twice(tmp_path):
     store = JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}")
     job = store.create_job("ana", JobSpec.from_dict({"code": "print(1)", "max_gpus": 2}))
     logs = tmp_path / "logs"
@@ -72,19 +86,67 @@ def test_a_restarted_server_reads_the_files_again_and_stores_nothing_twice(tmp_p
         log.emit("train_begin", generation=1, rank=rank, epoch=0, global_step=0)
         train(log, rank, range(4))
         log.emit("epoch", generation=1, rank=rank, epoch=0, val_loss=0.5)
-        train(log, rank, range(4, 6), epoch=1)
-    store.add_metrics(job.id, JobMetricsTail(tmp_path, logs).read_new())
+    train(w0, 0, range(4, 6), epoch=1)  # w1's copies of steps 4 and 5 are not written yet
+    store_read(store, job.id, JobMetricsTail(tmp_path, logs))
     # the server restarts; the workers go on
+    train(w1, 1, range(4, 6), epoch=1)
     for log, rank in ((w0, 0), (w1, 1)):
         train(log, rank, range(6, 8), epoch=1)
         log.emit("epoch", generation=1, rank=rank, epoch=1, val_loss=0.25)
-    taken = store.latest_metrics(job.id, METRIC_EVENTS)
-    assert {r["type"] for r in taken} == set(METRIC_EVENTS)
-    store.add_metrics(job.id, JobMetricsTail(tmp_path, logs, taken=taken).read_new())
+    start = read_from(store, job.id)
+    assert {r["type"] for r in start.taken} == set(METRIC_EVENTS)
+    assert set(start.positions) == {"logs/events-w0.jsonl", "logs/events-w1.jsonl"}
+    store_read(store, job.id, JobMetricsTail(tmp_path, logs, start=start))
     kept = store.metrics(job.id)
     assert steps_of(kept) == list(range(8))
     assert [r["epoch"] for r in kept if r["type"] == "epoch"] == [0, 1]
     assert [r["type"] for r in kept].count("train_begin") == 1
+    store.close()
+
+
+def test_a_resumed_driver_reads_on_where_the_first_stopped(tmp_path):
+    """Its workers append to the same files; the first run's lines are not its records."""
+    store = JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}")
+    job = store.create_job("ana", JobSpec.from_dict({"code": "print(1)", "max_gpus": 2}))
+    logs = tmp_path / "logs"
+    train(EventLog(logs, "w0", run="first"), 0, range(5))
+    store_read(store, job.id, JobMetricsTail(tmp_path, logs))
+    train(EventLog(logs, "w0", run="second"), 0, range(3, 6))  # from its checkpoint at 3
+    store_read(store, job.id, JobMetricsTail(tmp_path, logs, start=read_from(store, job.id)))
+    kept = store.metrics(job.id)
+    assert [(r["run"], r["global_step"]) for r in kept] == [
+        *(("first", s) for s in range(5)),
+        *(("second", s) for s in range(3, 6)),
+    ]
+    store.close()
+
+
+def test_a_plugins_metric_files_are_read_on_across_a_restart(tmp_path):
+    """WMLA's emetrics lines have no step of the runtime's to tell a copy: where their
+    reading stopped is kept with the records."""
+    store = JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}")
+    job = store.create_job("ana", JobSpec.from_dict({"code": "print(1)", "max_gpus": 2}))
+    plugins = [WMLAPlugin(tmp_path / "fabric")]
+    emetrics = tmp_path / "result" / "log" / "w0" / "evaluation-metrics.txt"
+    emetrics.parent.mkdir(parents=True)
+    (tmp_path / "logs").mkdir()
+
+    def write(iterations: range) -> None:
+        with emetrics.open("a") as f:
+            for i in iterations:
+                f.write(emetrics_line("j", "train", i, {"loss": 1 / (i + 1)}, rindex=i) + "\n")
+
+    write(range(3))
+    read = emetrics.stat().st_size
+    store_read(store, job.id, JobMetricsTail(tmp_path, tmp_path / "logs", plugins))
+    write(range(3, 5))  # while the server was down
+    start = read_from(store, job.id)
+    assert start.positions == {"result/log/w0/evaluation-metrics.txt": read}
+    store_read(store, job.id, JobMetricsTail(tmp_path, tmp_path / "logs", plugins, start))
+    assert [r["iteration"] for r in store.metrics(job.id)] == [0, 1, 2, 3, 4]
+    store.delete_job(job.id)  # and its positions with it
+    with store.engine.connect() as db:
+        assert db.execute(text("SELECT count(*) FROM edt_read_positions")).scalar() == 0
     store.close()
 
 

@@ -22,6 +22,8 @@ from jupyter_edt.runtime.jobdir import JobDir, process_start_time
 
 pytestmark = pytest.mark.asyncio
 
+SLEEPER = "import time\nwhile True:\n    time.sleep(0.05)\n"
+
 
 async def wait_until(service: JobService, job_id: str, condition, what: str):
     """The job as the service's store holds it, once `condition(job)` holds."""
@@ -92,6 +94,35 @@ async def test_a_job_whose_processes_died_resumes_from_its_checkpoint(tmp_path):
     assert resumed and all(e["global_step"] > 0 for e in resumed)
     await stop_service(second)
     assert JobState(done.state).terminal
+
+
+async def test_a_driver_that_died_while_no_server_ran_leaves_no_worker_behind(tmp_path):
+    """Only the driver was killed: its workers (in its process group) are stopped when the
+    next server finds it gone, before the job resumes with new ones. These workers run a
+    plain loop, which nothing else would ever stop."""
+    first = start_service(tmp_path)
+    job = await first.submit("alice", JobSpec(code=SLEEPER, max_gpus=2))
+    job_dir = JobDir(tmp_path / "jobs" / job.id)
+    status = await eventually(
+        job_dir.read_status,
+        "its workers running",
+        until=lambda s: s and len(s.get("pids", {})) == 2,
+    )
+    await stop_service(first)
+    os.kill(status["pid"], signal.SIGKILL)  # the driver alone
+    await eventually(lambda: process_start_time(status["pid"]) is None, "the driver ended")
+    workers = {p: process_start_time(p) for p in status["pids"].values()}
+    assert all(workers.values())  # orphaned, looping on
+
+    second = start_service(tmp_path)
+    outcome = await second.recover()
+    assert outcome["resumed"] == [job.id]
+    await eventually(
+        lambda: not any(process_start_time(p) == t for p, t in workers.items()),
+        "stopped the orphaned workers",
+    )
+    await second.cancel("alice", job.id)
+    await stop_service(second)
 
 
 async def test_a_suspension_cut_short_by_a_restart_releases_the_gpus_after_the_checkpoint(

@@ -99,12 +99,15 @@ def test_metrics_are_thinned_past_the_cap_keeping_the_newest(store):
 
 
 def test_deleting_a_job_removes_its_record_events_and_metrics_only(store):
-    gone = store.create_job("ana", spec())
-    kept = store.create_job("ana", spec())
+    gone = store.create_job("ana", spec(), now=10.0)
+    kept = store.create_job("ana", spec(), now=10.0)
     for job in (gone, kept):
         store.add_metrics(job.id, [{"step": 0, "loss": 1.0}])
-    store.set_state(gone.id, JobState.CANCELLED, "by ana")
-    assert store.delete_job(gone.id).state == "CANCELLED"
+    store.set_state(gone.id, JobState.STARTING, "given 2 GPU(s)", now=20.0)
+    store.set_devices(gone.id, ["vgpu0", "vgpu1"], "given", now=20.0)
+    store.set_state(gone.id, JobState.CANCELLED, "by ana", now=50.0)
+    usage_before = store.usage_events(0.0, 100.0)
+    assert store.delete_job(gone.id, now=60.0).state == "CANCELLED"
     with pytest.raises(UnknownJob):
         store.get_job(gone.id)
     with pytest.raises(UnknownJob):
@@ -114,6 +117,11 @@ def test_deleting_a_job_removes_its_record_events_and_metrics_only(store):
     assert [m["step"] for m in store.metrics(kept.id)] == [0]
     with pytest.raises(UnknownJob):
         store.delete_job(gone.id)
+    with pytest.raises(UnknownJob):
+        store.add_metrics(gone.id, [{"step": 1}])
+    # the GPU-seconds it held stay in the usage report: ana cannot erase them by deleting it
+    assert store.usage_events(0.0, 100.0) == usage_before
+    assert {e["job_id"] for e in usage_before} == {gone.id, kept.id}
 
 
 def test_unknown_job_is_a_clear_error(store):
@@ -174,6 +182,7 @@ def test_a_version_1_database_is_upgraded_in_place_keeping_its_jobs(tmp_path):
     db = sqlite3.connect(path)
     db.execute("alter table edt_jobs drop column elastic")
     db.execute("alter table edt_jobs drop column restarts")
+    db.execute("alter table edt_jobs drop column deleted")  # version 3's
     db.execute("update edt_meta set value = '1'")
     db.commit()
     db.close()

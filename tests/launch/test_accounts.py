@@ -31,6 +31,7 @@ from waiting import eventually
 
 from jupyter_edt.compat.plugin import WMLAPlugin
 from jupyter_edt.jobs.logs import read_log
+from jupyter_edt.jobs.metrics import ReadFrom
 from jupyter_edt.jobs.models import Job, JobSpec, JobState
 from jupyter_edt.jobs.runner import DriverRunner
 from jupyter_edt.launch.accounts import (
@@ -358,9 +359,16 @@ class Reports:
     async def job_exited(self, job_id: str, succeeded: bool, reason: str) -> None:
         self.ended[job_id] = (succeeded, reason)
 
-    def add_metrics(self, batches: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+    def add_metrics(
+        self,
+        batches: Mapping[str, Sequence[Mapping[str, Any]]],
+        positions: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> None:
         for job_id, records in batches.items():
             self.metrics.setdefault(job_id, []).extend(records)
+
+    def read_from(self, job_id: str) -> ReadFrom:
+        return ReadFrom()
 
 
 @root_only
