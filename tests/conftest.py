@@ -7,6 +7,9 @@ fakes), which pytest's `pythonpath` puts on the path."""
 
 from __future__ import annotations
 
+import os
+import signal
+import warnings
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,50 @@ def multi_user(node: pytest.Item) -> bool:
     """Whether `node` (a test) runs against the multi-user server: its closest mark says."""
     mark = node.get_closest_marker("multi_user")
     return mark is not None and bool(mark.args[0] if mark.args else True)
+
+
+def processes_in(root: Path) -> list[int]:
+    """The processes working in `root` or below it (a job's driver and workers work in its
+    code directory), but this one."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry.name}/cwd")
+        except OSError:  # gone, or a zombie
+            continue
+        if cwd == str(root) or cwd.startswith(f"{root}{os.sep}"):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_process_outlives_its_test(request, tmp_path):
+    """A job a test leaves running (a server's shutdown leaves jobs running, by design) would
+    train on through the rest of the run, taking the cores other tests measure on: killed,
+    and named in a warning so the test gets mended."""
+    yield
+    left: set[int] = set()
+    for _ in range(3):  # what a killed driver was starting may come up meanwhile
+        found = processes_in(tmp_path)
+        if not found:
+            break
+        left.update(found)
+        for pid in found:
+            try:  # with its group (a cold driver's workers), unless it is this process's
+                group = os.getpgid(pid)
+                os.kill(pid, signal.SIGKILL)
+                if group != os.getpgrp():
+                    os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+    if left:
+        warnings.warn(
+            f"{request.node.nodeid} left {len(left)} process(es) running in {tmp_path}; "
+            "killed them",
+            stacklevel=1,
+        )
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ def workers_launcher(env: Mapping[str, str] | None = None) -> Launcher:
             env[ADDRESS_ENV],
             namespace=env.get(NAMESPACE_ENV, "jupyter-edt"),
             shared_fs=env.get(SHARED_FS_ENV) == "1",
+            detached=False,  # its workers' keepers end with the driver
         )
     if kind != "local":
         raise ValueError(f"EDT_LAUNCHER must be 'local' or 'ray', got {kind!r}.")

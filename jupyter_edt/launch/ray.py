@@ -1,7 +1,7 @@
 """Runs job processes on the nodes of a Ray cluster, each kept by an actor of its own.
 
 Ray places actors, not arbitrary processes, and does not stop what an actor starts. So every
-process of a job (its driver, each worker) gets a *keeper*: a detached, named actor pinned to
+process of a job (its driver, each worker) gets a *keeper*: a named actor pinned to
 the process's node (hard node affinity), holding the process's GPUs in Ray's accounting and no
 CPU (`num_cpus=0`: CPU accounting must not cap how many workers a node runs). The keeper starts
 the process there as a `LocalLauncher` would (its own session, its log files), tells its exit
@@ -13,10 +13,12 @@ No file system is assumed shared: a process placed on another node than the laun
 a copy of its job directory there, and what it writes comes back with each poll of its keeper
 (`launch/mirror.py`), unless the launcher is told `shared_fs`.
 
-Keepers are named ``<job id>/<process name>`` in the launcher's namespace and outlive the
-service (`lifetime="detached"`), so a restarted service finds a running job's processes again
-(`adopt`). A keeper that cannot be reached (its node died) counts as a process killed by
-SIGKILL: the job loses that worker, as when a GPU fails.
+Keepers are named ``<job id>/<process name>`` in the launcher's namespace. A driver's keeper
+outlives the service (`lifetime="detached"`), so a restarted service finds a running job's
+processes again (`adopt`); a worker's belongs to its driver (`detached=False`: Ray ends an
+actor with its owner), so a driver that dies, even one stopped while it was placing a worker,
+leaves no keeper holding a GPU behind it. A keeper that cannot be reached (its node died)
+counts as a process killed by SIGKILL: the job loses that worker, as when a GPU fails.
 
 `ray` is imported only when a RayLauncher is made: the rest of jupyter-edt needs no Ray.
 """
@@ -205,15 +207,21 @@ class RayLauncher(Launcher):
     the node this launcher runs on), holding `len(spec.devices)` of Ray's GPUs there.
 
     `address`: the cluster (as `ray.init` takes it: ``"auto"``, ``host:port``, ``ray://...``);
-    connects on first use, unless this process is already connected.
+    connects on first use, unless this process is already connected. `detached`: the keepers
+    outlive this process (the service's drivers); else they end with it (a driver's workers).
     """
 
     def __init__(
-        self, address: str | None = "auto", namespace: str = NAMESPACE, shared_fs: bool = False
+        self,
+        address: str | None = "auto",
+        namespace: str = NAMESPACE,
+        shared_fs: bool = False,
+        detached: bool = True,
     ) -> None:
         self.address = address
         self.namespace = namespace
         self.shared_fs = shared_fs
+        self.detached = detached
         self._keeper_class: Any = None
 
     def connect(self) -> None:
@@ -270,7 +278,7 @@ class RayLauncher(Launcher):
         keeper = self._keeper_class.options(
             name=keeper_name(spec),
             namespace=self.namespace,
-            lifetime="detached",
+            lifetime="detached" if self.detached else None,
             num_cpus=0,
             num_gpus=gpus,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),

@@ -346,7 +346,7 @@ async def test_other_bad_requests(jp_fetch):
         params={
             "args": "--exec-start edtPyTorch --model-dir mnist --model-main main.py "
             "--edt-options maxWorkers=9"
-        },  # more than the 4 GPUs: it waits
+        },  # more than the 4 GPUs: it starts on what there is
         **multipart_file(model_dir_tar()),
     )
     code, body = await wmla_error(
@@ -355,6 +355,7 @@ async def test_other_bad_requests(jp_fetch):
     assert code == 400 and body["field"] == "logType"
     code, _ = await wmla_error(jp_fetch, "nobody", "execs")
     assert code == 403
+    await wmla(jp_fetch, "alice", "execs", view["id"], method="DELETE")  # no job outlives it
 
 
 NOTEBOOK_CELLS = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 
@@ -158,3 +159,45 @@ def test_a_process_on_another_node_runs_in_a_copy_and_its_writes_come_back(
     copy = out[0].removeprefix("cwd=")
     assert copy.endswith("/code") and not copy.startswith(str(job))
     eventually_sync(lambda: not os.path.exists(copy), "the copy removed with its keeper")
+
+
+def test_a_drivers_workers_keepers_end_with_the_driver(cluster, tmp_path):
+    """A driver's launcher (`detached=False`) owns its workers' keepers: when the driver dies
+    (here SIGKILLed just after placing a worker), Ray ends them, and their processes with them;
+    none is left holding a GPU."""
+    pid_file = tmp_path / "worker.pid"
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, time
+                from pathlib import Path
+                from jupyter_edt.launch.base import ProcessSpec
+                from jupyter_edt.launch.ray import RayLauncher
+                launcher = RayLauncher({cluster.address!r}, namespace="edt-tests", detached=False)
+                sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+                handle = launcher.start_sync(ProcessSpec(
+                    job_id="j8", name="w0", argv=sleeper,
+                    cwd=Path({str(tmp_path)!r}), log_dir=Path({str(tmp_path / "logs")!r}),
+                    devices=["0"], node={cluster.nodes[0].node_id!r},
+                ))
+                Path({str(pid_file)!r}).write_text(str(handle.pid))
+                time.sleep(600)
+                """
+            ),
+        ]
+    )
+    try:
+        eventually_sync(pid_file.exists, "the driver placed its worker")
+        worker = int(pid_file.read_text())
+        assert keeper_exists("j8/w0") and process_start_time(worker) is not None
+    finally:
+        driver.kill()
+        driver.wait(30)
+    eventually_sync(lambda: not keeper_exists("j8/w0"), "the keeper ended with its driver")
+    eventually_sync(lambda: process_start_time(worker) is None, "the worker ended with it")
+    eventually_sync(
+        lambda: ray.available_resources().get("GPU", 0.0) == 4.0, "its GPU was given back"
+    )
