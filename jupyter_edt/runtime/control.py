@@ -193,11 +193,15 @@ class LocalController:
         Joiners are started first and the generation is published only once they are ready, so
         the running workers pause for the re-form and state transfer alone. Returns the new
         generation and the joiners' ids.
+
+        A worker of ``keep`` that left the members meanwhile (it died, and the watcher dropped
+        it after the caller read the members) is not kept: the caller sees it gone next time.
         """
         with self._lock:
-            unknown = set(keep) - set(self.members)
+            unknown = set(keep) - set(self.procs)
             if unknown:
-                raise ValueError(f"keep names workers that are not members: {sorted(unknown)}")
+                raise ValueError(f"keep names workers never started: {sorted(unknown)}")
+            keep = [w for w in keep if w in self.members]
             places = _placements(placements, len(joiners))
             new = tuple(self._new_id() for _ in joiners)
             for w, env, place in zip(new, joiners, places, strict=True):

@@ -204,3 +204,22 @@ def test_joiners_ordered_as_the_job_ends_are_stopped_not_started_over(tmp_path: 
     theirs = [e["type"] for e in events if e["worker"] == joiners[0]]
     assert "train_begin" not in theirs and "step" not in theirs, theirs
     assert [e["global_step"] for e in _steps(events, "w0")] == list(range(STEPS))
+
+
+def test_a_member_that_dies_as_a_resize_is_decided_is_not_kept(tmp_path: Path) -> None:
+    """The driver reads the members, decides, then resizes; a member that died in between (its
+    node lost, say) has been dropped by the watcher. The resize keeps the others and the job
+    goes on (it failed the whole job, as a ValueError in the driver, before)."""
+    program = [PROGRAM, "--epochs", "200", "--batch", str(BATCH)]
+    with LocalController(program, tmp_path / "out", timeout_s=10, env=CPU) as ctl:
+        ctl.start(2)
+        ctl.wait_formed(1)
+        seen = ctl.members  # what the driver decided from
+        ctl.kill("w1")
+        eventually_sync(lambda: ctl.members == ("w0",), "the watcher dropped w1")
+        gen, joiners = ctl.resize(seen, [{}])
+        assert ctl.members == ("w0", *joiners) and gen > 1
+        with pytest.raises(ValueError, match="never started"):
+            ctl.resize(["w9"], [])
+        codes = ctl.wait(300)
+    assert codes["w0"] == codes[joiners[0]] == 0, codes
