@@ -144,6 +144,10 @@ class EventRow(Base):
         }
 
 
+#: Jobs that every read finds: a deleted one keeps only its accounting (`JobStore.delete_job`).
+NOT_DELETED = JobRow.deleted.is_(None)
+
+
 class MetricRow(Base):
     __tablename__ = "edt_metrics"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -257,11 +261,7 @@ class JobStore:
     def list_jobs(
         self, *, user: str | None = None, states: Iterable[JobState] | None = None
     ) -> list[Job]:
-        query = (
-            select(JobRow)
-            .where(JobRow.deleted.is_(None))
-            .order_by(JobRow.created.desc(), JobRow.id)
-        )
+        query = select(JobRow).where(NOT_DELETED).order_by(JobRow.created.desc(), JobRow.id)
         if user is not None:
             query = query.where(JobRow.user == user)
         if states is not None:
@@ -469,7 +469,7 @@ class JobStore:
         query = (
             select(EventRow, JobRow.user)
             .join(JobRow, JobRow.id == EventRow.job_id)
-            .where(EventRow.id > after, JobRow.deleted.is_(None))
+            .where(EventRow.id > after, NOT_DELETED)
             .order_by(EventRow.id)
             .limit(limit)
         )
@@ -511,9 +511,7 @@ class JobStore:
             # Core inserts, many rows per statement: the ORM's unit of work cost ~50 ms per
             # 200 records, on the event loop every collection interval.
             known = set(
-                s.scalars(
-                    select(JobRow.id).where(JobRow.id.in_(list(batches)), JobRow.deleted.is_(None))
-                )
+                s.scalars(select(JobRow.id).where(JobRow.id.in_(list(batches)), NOT_DELETED))
             )
             for job_id in batches:
                 if job_id not in known:
