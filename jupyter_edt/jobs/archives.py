@@ -14,6 +14,7 @@ import gzip
 import io
 import lzma
 import os
+import re
 import shutil
 import stat
 import tarfile
@@ -29,6 +30,7 @@ CHUNK = 1 << 20
 # a tar stream holds headers and padding besides the file data; allow this much per member
 TAR_OVERHEAD_PER_MEMBER = 4096
 
+_WINDOWS_DRIVE = re.compile(r"[A-Za-z]:(/|$)")  # backslashes are already slashes here
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _OPENERS: tuple[tuple[bytes, Callable[[BinaryIO], IO[bytes]]], ...] = (
     (b"\x1f\x8b", lambda f: gzip.GzipFile(fileobj=f, mode="rb")),
@@ -156,11 +158,13 @@ def _member_path(name: str) -> PurePosixPath | None:
     """The member's path relative to the destination; None for the root itself.
 
     `./` prefixes are dropped (`tar -C dir .` writes them); anything absolute or climbing out
-    is refused rather than silently rewritten, so the user learns what the archive holds.
+    is refused rather than silently rewritten, so the user learns what the archive holds. A
+    colon is an ordinary character in a POSIX name (`x:y.py` is a file here); only a drive
+    (`C:`, `C:/...`) is a Windows path that was absolute where the archive was made.
     """
     if "\x00" in name:
         raise ValueError(f"The archive member {name!r} has a NUL character in its name.")
-    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+    if name.startswith("/") or _WINDOWS_DRIVE.match(name):
         raise ValueError(f"The archive member {name!r} has an absolute path.")
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if ".." in parts:

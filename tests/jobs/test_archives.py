@@ -53,6 +53,15 @@ def test_plain_and_other_compressed_tars_are_told_by_content(tmp_path, mode):
     assert safe_extract(path, tmp_path / "code", **LIMITS) == ["main.py"]
 
 
+def test_a_colon_is_an_ordinary_character_in_a_member_name(tmp_path):
+    """Only a drive (`C:/`) is absolute; the fuzzer found `\\x1b:x.py` (a legal entrypoint)
+    refused as if it were one."""
+    data = make_tar([tar_file("\x1b:x.py", b"1"), tar_file("a:b/c.py", b"2"), tar_file("1:.py")])
+    names = safe_extract(data, tmp_path / "code", **LIMITS)
+    assert names == ["\x1b:x.py", "a:b/c.py", "1:.py"]
+    assert (tmp_path / "code" / "a:b" / "c.py").read_bytes() == b"2"
+
+
 def test_a_zip_unpacks_from_a_file_object(tmp_path):
     data = make_zip({"main.py": b"print(1)", "pkg/": b"", "pkg/a.py": b"A", "win\\b.py": b"B"})
     names = safe_extract(io.BytesIO(data), tmp_path / "code", **LIMITS)
@@ -74,6 +83,8 @@ def test_a_zip_unpacks_from_a_file_object(tmp_path):
         (make_zip({"ok/..\\..\\evil.py": b"x"}), "points outside"),
         (make_zip({"/abs.py": b"x"}), "absolute path"),
         (make_zip({"C:/win.py": b"x"}), "absolute path"),
+        (make_zip({"c:\\win.py": b"x"}), "absolute path"),
+        (make_tar([tar_file("D:")]), "absolute path"),
         (
             make_tar([tar_file("main.py"), tar_special("link", tarfile.SYMTYPE, "/etc/passwd")]),
             r"'link' is a symbolic link \(to '/etc/passwd'\)",
@@ -99,6 +110,8 @@ def test_a_zip_unpacks_from_a_file_object(tmp_path):
         "zip-backslash-dotdot",
         "zip-absolute",
         "zip-drive",
+        "zip-drive-backslash",
+        "tar-bare-drive",
         "tar-symlink",
         "tar-hardlink",
         "tar-device",
