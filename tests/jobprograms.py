@@ -13,10 +13,23 @@ from jupyter_edt.jobs.models import Job
 DEADLINE_S = 180.0
 
 
-def program(epochs: int, *, samples: int = 48, batch: int = 8, delay: float = 0.0, fail=False):
-    """A tiny classifier in the runtime's Trainer; `delay` seconds per sample stands for work."""
+def program(
+    epochs: int,
+    *,
+    samples: int = 48,
+    batch: int = 8,
+    delay: float = 0.0,
+    fail=False,
+    hold: Path | None = None,
+):
+    """A tiny classifier in the runtime's Trainer; `delay` seconds per sample stands for work.
+    `hold`: each process, once it has read a few samples (a step or two), waits until that
+    file exists, so a test keeps the job running through what it does meanwhile however fast
+    its processes start (the machine's files: every local Ray node sees them)."""
+    held = None if hold is None else str(hold)
     return textwrap.dedent(
         f"""
+        import os
         import time
         import torch
         from torch import nn
@@ -32,7 +45,12 @@ def program(epochs: int, *, samples: int = 48, batch: int = 8, delay: float = 0.
                 return len(self.x)
             def __getitem__(self, i):
                 time.sleep({delay})
+                read[0] += 1
+                while {held!r} and read[0] > 4 and not os.path.exists({held!r}):
+                    time.sleep(0.05)
                 return self.x[i], self.y[i]
+
+        read = [0]
 
         if {fail!r}:
             raise ValueError("the data directory is empty")

@@ -97,12 +97,15 @@ def test_the_clusters_gpus_are_the_devices(cluster, service):
     assert len(answer["devices"]) == 4
 
 
-def test_a_job_over_both_nodes_runs_each_worker_on_its_gpus_node_across_a_restart(cluster, service):
+def test_a_job_over_both_nodes_runs_each_worker_on_its_gpus_node_across_a_restart(
+    cluster, service, tmp_path
+):
+    release = tmp_path / "release"  # the job's processes wait for it after a step or two
     job = api(
         service,
         "POST",
         "jobs",
-        {"code": program(3, samples=48, delay=0.02), "max_gpus": 4, "name": "two-nodes"},
+        {"code": program(3, samples=48, hold=release), "max_gpus": 4, "name": "two-nodes"},
     )
     running = wait_job(
         service,
@@ -127,6 +130,7 @@ def test_a_job_over_both_nodes_runs_each_worker_on_its_gpus_node_across_a_restar
     service.start()
     assert job_state(service, job["id"])["state"] == "RUNNING", service.log()
     assert kept(job["id"], "driver") == driver
+    release.touch()
     done = finished(service, job["id"])
     assert done["state"] == "SUCCEEDED", said(service, done["id"])
     assert done["restarts"] == 0  # re-attached, never resumed
