@@ -12,7 +12,9 @@ cancels everything. Per figure, the median and each value, warm beside cold:
 - `replace_to_first_step_s`: the SIGKILL of a worker to the first step with its replacement
 
 A step's time is when its worker wrote it (its event); an allocation's, when the service
-recorded it. `--quick`: one repetition, warm only (a smoke test's).
+recorded it. `--quick`: one repetition, warm only (a smoke test's). `--launcher ray`: the same
+on a local Ray cluster's 2 nodes x 2 logical GPUs, cold only (processes on Ray nodes start cold:
+`warm_workers` is the local launcher's).
 """
 
 from __future__ import annotations
@@ -80,8 +82,18 @@ class Service:
     """A `jupyter edt serve` of its own (`events.Service`) on 4 virtual GPUs, with the real
     driver, rescaling at once."""
 
-    def __init__(self, root: Path, warm: bool) -> None:
+    def __init__(self, root: Path, warm: bool, ray_address: str | None = None) -> None:
         self.root = root
+        on_ray = (
+            {}
+            if ray_address is None
+            else {
+                "EDTService.launcher_class": "ray",
+                "EDTService.ray_address": ray_address,
+                "EDTService.ray_namespace": "edt-bench-latency",
+                "EDTService.devices": "ray",
+            }
+        )
         self.service = events.Service(
             root,
             4,
@@ -91,6 +103,7 @@ class Service:
                 "EDTService.refresh_interval": 0.5,
                 "EDTService.warm_workers": warm,
                 "EDTService.log_level": "INFO",
+                **on_ray,
             },
         )
         self.proc = self.service.proc
@@ -212,13 +225,26 @@ def one_round(service: Service) -> dict[str, float]:
     return out
 
 
-def measure(reps: int, modes: tuple[bool, ...], keep: str | None = None) -> dict[str, Any]:
+def measure(
+    reps: int, modes: tuple[bool, ...], keep: str | None = None, launcher: str = "local"
+) -> dict[str, Any]:
+    if launcher == "ray":
+        from .raycluster import ray_cluster
+
+        with ray_cluster(nodes=2, gpus_per_node=2) as cluster:
+            return {"launcher": "ray", **_measure(reps, modes, keep, cluster.address)}
+    return {"launcher": "local", **_measure(reps, modes, keep)}
+
+
+def _measure(
+    reps: int, modes: tuple[bool, ...], keep: str | None, ray_address: str | None = None
+) -> dict[str, Any]:
     values: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="edt-bench-latency-") as scratch:
         tmp = keep or scratch
         for warm in modes:
             kind = "warm" if warm else "cold"
-            service = Service(Path(tmp) / kind, warm)
+            service = Service(Path(tmp) / kind, warm, ray_address)
             try:
                 rounds = [one_round(service) for _ in range(reps)]
             finally:
@@ -242,11 +268,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="one repetition, warm only")
     parser.add_argument("--keep", help="run the services in this directory and keep it")
+    parser.add_argument(
+        "--launcher",
+        choices=("local", "ray"),
+        default="local",
+        help="ray: on a local Ray cluster of 2 nodes x 2 logical GPUs",
+    )
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be 1 or more")
-    modes = (True,) if args.quick else (False, True)
-    result = measure(1 if args.quick else args.reps, modes, args.keep)
+    if args.launcher == "ray":
+        modes: tuple[bool, ...] = (False,)
+    else:
+        modes = (True,) if args.quick else (False, True)
+    result = measure(1 if args.quick else args.reps, modes, args.keep, args.launcher)
     if args.json:
         print(json.dumps(result))
     else:

@@ -6,8 +6,9 @@ can stop a process with everything it started. The server starts each job's driv
 and the driver starts its workers through it; a cluster engine (Ray) implements the same
 interface, so where a process runs is the launcher's business alone.
 
-An engine implements what does not wait: `Launcher.start_sync` and `Launcher.adopt`, and a
-`ProcessHandle` that tells its exit code and delivers signals. Waiting and stopping (graceful,
+An engine implements what does not wait: `Launcher.start_sync` and `Launcher.adopt` (and
+`start_all_sync` where starts are best overlapped), and a `ProcessHandle` that tells its exit
+code and delivers signals. Waiting and stopping (graceful,
 then forced) are written here once, in the two colours the callers need: async for the server,
 whose event loop must never block, and blocking (``*_sync``) for the driver, a plain process
 whose loop and monitor thread have nothing else to do meanwhile (an event loop there would only
@@ -114,6 +115,13 @@ class Launcher(ABC):
     @abstractmethod
     def start_sync(self, spec: ProcessSpec) -> ProcessHandle:
         """Start the process; return as soon as it runs (never wait for its end)."""
+
+    def start_all_sync(self, specs: Sequence[ProcessSpec]) -> list[ProcessHandle]:
+        """Start several processes, returning their handles in order. One after the other
+        here, where a start returns at once; a launcher whose starts wait on something remote
+        (a Ray actor to be made) overlaps them, so a job that grows by n waits for one start,
+        not n."""
+        return [self.start_sync(spec) for spec in specs]
 
     @abstractmethod
     def adopt(

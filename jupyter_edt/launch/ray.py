@@ -31,7 +31,7 @@ import os
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,8 @@ SHARED_FS_ENV = "EDT_RAY_SHARED_FS"
 NAMESPACE = "jupyter-edt"
 #: How long one call to a keeper may take before it counts as unanswered.
 CALL_TIMEOUT_S = 10.0
+#: How long starting processes may take (their keepers made, placed, and each process started).
+START_TIMEOUT_S = 120.0
 #: How often a handle asks its keeper whether the process has ended.
 ASK_EVERY_S = 0.05
 #: How long a keeper may stay unreachable before its process counts as lost (past the time
@@ -261,17 +263,41 @@ class RayLauncher(Launcher):
         return _this_node()
 
     def start_sync(self, spec: ProcessSpec) -> RayProcess:
+        return self.start_all_sync([spec])[0]
+
+    def start_all_sync(self, specs: Sequence[ProcessSpec]) -> list[ProcessHandle]:
+        """Every keeper is asked for before any answer is awaited: Ray makes their actors (a
+        worker process each, about a second) side by side, so n processes start in about the
+        time of one."""
         import ray
-        from ray.exceptions import ActorUnschedulableError, GetTimeoutError, RayActorError
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.connect()
+        begun = [self._begin(spec) for spec in specs]
+        deadline = time.monotonic() + START_TIMEOUT_S
+        started: list[ProcessHandle] = []
+        try:
+            for spec, keeper, answer in begun:
+                started.append(self._end(spec, keeper, answer, deadline))
+        except BaseException:
+            for _, keeper, _ in begun[len(started) :]:
+                with contextlib.suppress(Exception):
+                    ray.kill(keeper)
+            raise
+        return started
+
+    def _begin(self, spec: ProcessSpec) -> tuple[ProcessSpec, Any, Any]:
+        """Make the process's keeper on its node and ask it to start the process; the answer
+        is awaited by `_end`."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         here = _this_node()
         node = spec.node or here
         gpus = spec.gpus if spec.gpus is not None else len(spec.devices or ())
         if spec.account is None and os.geteuid() != 0:
             # a keeper may run as root: the process runs as whoever asked for it
             spec = replace(spec, account=current_account())
+        spec = replace(spec, node=node)
         copy: tuple[str | None, Any] = (None, None)
         if spec.job_dir is not None and node != here and not self.shared_fs:
             copy = (str(spec.job_dir), ray.put(pack(spec.job_dir)))
@@ -284,15 +310,21 @@ class RayLauncher(Launcher):
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
             max_restarts=0,
         ).remote()
+        return spec, keeper, keeper.start.remote(spec, *copy)
+
+    def _end(self, spec: ProcessSpec, keeper: Any, answer: Any, deadline: float) -> RayProcess:
+        import ray
+        from ray.exceptions import ActorUnschedulableError, GetTimeoutError, RayActorError
+
         try:
-            started = ray.get(keeper.start.remote(replace(spec, node=node), *copy), timeout=120)
+            started = ray.get(answer, timeout=max(0.0, deadline - time.monotonic()))
         except (ActorUnschedulableError, RayActorError, GetTimeoutError) as err:
             # its node is gone (the inventory has not caught up yet) or never made room: to
             # the caller, a process that died at once, as on a GPU that fails
-            log.warning("%s could not start on Ray node %s: %s", keeper_name(spec), node, err)
+            log.warning("%s could not start on Ray node %s: %s", keeper_name(spec), spec.node, err)
             with contextlib.suppress(Exception):
                 ray.kill(keeper)
-            return RayProcess(spec, None, -1, node, code=LOST)
+            return RayProcess(spec, None, -1, spec.node or "", code=LOST)
         except BaseException:
             with contextlib.suppress(Exception):
                 ray.kill(keeper)

@@ -166,8 +166,9 @@ class LocalController:
         with self._lock:
             ids = tuple(self._new_id() for _ in range(n))
             self._publish(ids)
-            for w, env, place in zip(ids, envs, places, strict=True):
-                self._launch(w, env, place)
+            self._launch(
+                [self._spec(w, env, place) for w, env, place in zip(ids, envs, places, strict=True)]
+            )
             return ids
 
     def scale(self, n: int, *, wait: bool = True) -> int:
@@ -204,8 +205,12 @@ class LocalController:
             keep = [w for w in keep if w in self.members]
             places = _placements(placements, len(joiners))
             new = tuple(self._new_id() for _ in joiners)
-            for w, env, place in zip(new, joiners, places, strict=True):
-                self._launch(w, env, place, nice=JOINER_NICE)
+            self._launch(
+                [
+                    self._spec(w, env, place, nice=JOINER_NICE)
+                    for w, env, place in zip(new, joiners, places, strict=True)
+                ]
+            )
             if new:
                 try:
                     self._wait_keys(
@@ -329,13 +334,19 @@ class LocalController:
         self.membership.append({"gen": gen, "members": list(members), "time": time.time()})
         return gen
 
-    def _launch(
+    def _launch(self, specs: Sequence[ProcessSpec]) -> None:
+        """Start these workers together (`Launcher.start_all_sync`: side by side where a
+        start waits on something remote)."""
+        for spec, handle in zip(specs, self.launcher.start_all_sync(specs), strict=True):
+            self.procs[spec.name] = handle
+
+    def _spec(
         self,
         worker: str,
         worker_env: Mapping[str, str],
         place: Placement = Placement(),
         nice: int = 0,
-    ) -> None:
+    ) -> ProcessSpec:
         env = {
             "EDT_STORE": f"{self.store_host}:{self.port}",
             "EDT_WORKER_ID": worker,
@@ -349,7 +360,7 @@ class LocalController:
             **self.extra_env,
             **worker_env,
         }
-        spec = ProcessSpec(
+        return ProcessSpec(
             job_id=self.job_id,
             name=worker,
             argv=[self.python, "-m", "jupyter_edt.runtime.worker", *self.program],
@@ -363,7 +374,6 @@ class LocalController:
             job_dir=self.job_dir,
             nice=nice,
         )
-        self.procs[worker] = self.launcher.start_sync(spec)
 
     def _watch(self) -> None:
         """Drop dead workers: publish a generation of the members still alive.

@@ -201,3 +201,34 @@ def test_a_drivers_workers_keepers_end_with_the_driver(cluster, tmp_path):
     eventually_sync(
         lambda: ray.available_resources().get("GPU", 0.0) == 4.0, "its GPU was given back"
     )
+
+
+def test_processes_started_together_come_back_in_order_and_one_unplaceable_fails_alone(
+    cluster, launcher, tmp_path
+):
+    """`start_all_sync` asks for every keeper before it waits for any (their actors are made
+    side by side; the benchmark measures what that saves): the handles come back in the order
+    asked, each on its node, and one whose node does not exist is a process that died at once
+    (LOST) while the others run."""
+    nowhere = "ab" * 28  # a node id no cluster has
+    code = "import os, time; print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(600)"
+    nodes = [cluster.nodes[0].node_id, nowhere, cluster.nodes[1].node_id]
+    specs = [
+        spec(tmp_path, code, job_id="j9", name=f"w{i}", devices=[str(i)], node=node)
+        for i, node in enumerate(nodes)
+    ]
+    handles = launcher.start_all_sync(specs)
+    try:
+        assert [h.spec.name for h in handles] == ["w0", "w1", "w2"]
+        assert handles[1].pid == -1 and handles[1].returncode == LOST
+        for i in (0, 2):
+            assert handles[i].node == nodes[i] and handles[i].returncode is None
+            out = tmp_path / "logs" / f"w{i}.stdout"
+            eventually_sync(lambda out=out: out.exists() and out.read_text(), f"w{i} printed")
+            assert (tmp_path / "logs" / f"w{i}.stdout").read_text() == f"{i}\n"
+    finally:
+        for h in handles:
+            launcher.stop_sync(h, grace=0)
+    eventually_sync(
+        lambda: ray.available_resources().get("GPU", 0.0) == 4.0, "the GPUs were given back"
+    )
