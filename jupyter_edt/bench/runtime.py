@@ -17,7 +17,9 @@ Measures, on CPU with gloo, for a ~10M-parameter MLP trained with Adam (state to
 With ``--launcher ray`` it starts a local Ray cluster (2 nodes x 2 logical GPUs) and measures the
 grow, shrink and recovery figures with the workers placed across its two nodes by the Ray
 launcher (``ray_*``), beside the same figures with local processes (``local_*``), in one run;
-the DDP A/B is left out.
+the DDP A/B is left out. It also times starting an idle process on each node one after the
+other and together (``ray_two_keepers_one_by_one_s``, ``ray_two_keepers_together_s``; each
+start makes a Ray actor, a Python process of its own).
 
 The same file is the workers' program (``--program``).
 """
@@ -261,6 +263,7 @@ def _across_ray_nodes(cfg: argparse.Namespace) -> dict[str, Any]:
             launcher.connect()
             a, b = (n.node_id for n in cluster.nodes)
             ray = _runtime_elastic(cfg, base / "ray", launcher, (a, b))
+            starts = _keeper_starts(launcher, (a, b), base / "starts", cfg.rounds)
         x = torch.load(base / "local" / "model" / "model_epoch_final.pth")
         y = torch.load(base / "ray" / "model" / "model_epoch_final.pth")
         diff = max(float((x[k] - y[k]).abs().max()) for k in x)
@@ -268,7 +271,57 @@ def _across_ray_nodes(cfg: argparse.Namespace) -> dict[str, Any]:
         **{f"local_{k}": v for k, v in local.items()},
         **{f"ray_{k}": v for k, v in ray.items()},
         "ray_vs_local_max_abs_diff": diff,
+        **starts,
     }
+
+
+def _keeper_starts(
+    launcher: Any, nodes: tuple[str, str], where: Path, rounds: int
+) -> dict[str, Any]:
+    """Starting one idle process on each node, one start after the other (`start_sync` each)
+    and together (`start_all_sync`), in alternating rounds: what a job that grows by two waits
+    for before its joiners even run, on a machine with cores to spare."""
+    from jupyter_edt.launch.base import ProcessSpec
+
+    times: dict[str, list[float]] = {"one_by_one": [], "together": []}
+    for i in range(rounds):
+        for mode, took in times.items():
+            specs = [
+                ProcessSpec(
+                    job_id=f"starts-{mode}-{i}",
+                    name=f"w{n}",
+                    argv=[sys.executable, "-c", "import time; time.sleep(600)"],
+                    cwd=where,
+                    log_dir=where / "logs",
+                    devices=[str(n)],
+                    node=node,
+                )
+                for n, node in enumerate(nodes)
+            ]
+            where.mkdir(parents=True, exist_ok=True)
+            _until_gpus_free(total=4)  # the last round's keepers gone: none waits for a GPU
+            t0 = time.monotonic()
+            if mode == "together":
+                handles = launcher.start_all_sync(specs)
+            else:
+                handles = [launcher.start_sync(spec) for spec in specs]
+            took.append(round(time.monotonic() - t0, 3))
+            for handle in handles:
+                launcher.stop_sync(handle, grace=0)
+    return {
+        **{f"ray_two_keepers_{m}_s": statistics.median(t) for m, t in times.items()},
+        **{f"ray_two_keepers_{m}_s_values": t for m, t in times.items()},
+    }
+
+
+def _until_gpus_free(total: int, timeout: float = 60.0) -> None:
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while ray.available_resources().get("GPU", 0.0) < total:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Ray's {total} GPUs were not all free again in {timeout:.0f} s")
+        time.sleep(0.1)
 
 
 def _print(result: dict[str, Any], as_json: bool) -> None:
