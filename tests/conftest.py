@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import warnings
 from pathlib import Path
 
 import pytest
 from multiuser import ADMINS, TokenPerUser
+
+# How long processes a test just stopped may take to end before they count as left running.
+EXIT_GRACE_S = 5.0
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
@@ -40,18 +44,32 @@ def processes_in(root: Path) -> list[int]:
     return found
 
 
+def _command_line(pid: int) -> str:
+    """What a warning names a process by: its command line (a forked one shows its fork
+    server's) and where it works."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+        return f"{argv} (in {os.readlink(f'/proc/{pid}/cwd')})"
+    except OSError:
+        return f"pid {pid}"
+
+
 @pytest.fixture(autouse=True)
 def no_process_outlives_its_test(request, tmp_path):
     """A job a test leaves running (a server's shutdown leaves jobs running, by design) would
     train on through the rest of the run, taking the cores other tests measure on: killed,
     and named in a warning so the test gets mended."""
     yield
-    left: set[int] = set()
+    deadline = time.monotonic() + EXIT_GRACE_S  # a job the test just stopped may be ending
+    while processes_in(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left: dict[int, str] = {}
     for _ in range(3):  # what a killed driver was starting may come up meanwhile
         found = processes_in(tmp_path)
         if not found:
             break
-        left.update(found)
+        left.update({pid: _command_line(pid) for pid in found})
         for pid in found:
             try:  # with its group (a cold driver's workers), unless it is this process's
                 group = os.getpgid(pid)
@@ -63,7 +81,7 @@ def no_process_outlives_its_test(request, tmp_path):
     if left:
         warnings.warn(
             f"{request.node.nodeid} left {len(left)} process(es) running in {tmp_path}; "
-            "killed them",
+            f"killed them: {sorted(left.values())}",
             stacklevel=1,
         )
 

@@ -72,6 +72,10 @@ class DriverRunner:
         self.suspend_grace = suspend_grace
         self._reports: RunnerReports | None = None
         self._drivers: dict[str, ProcessHandle] = {}
+        # starts under way (preparing the directory, launching the driver), by job: a cancel
+        # meanwhile waits for its driver, which it then stops, or it would start after the
+        # cancel and run on, unwatched, for a job that has ended (its directory deleted)
+        self._starting: dict[str, asyncio.Future[None]] = {}
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._tails: dict[str, JobMetricsTail] = {}
         self._collector: asyncio.Task[None] | None = None
@@ -104,12 +108,17 @@ class DriverRunner:
     # orders from the service --------------------------------------------------------------
 
     async def start(self, job: Job, devices: Sequence[Device]) -> None:
-        d = self.job_dir(job.id)
-        account = self.accounts(job)
-        await asyncio.to_thread(self._prepare, d, job, account)
-        _write_json(d, d.orders, {"seq": 1, "action": "run", "devices": _devices(devices)})
-        handle = await self.launcher.start(self._driver_spec(job, account))
-        self._follow(job.id, handle)
+        started = self._starting[job.id] = asyncio.get_running_loop().create_future()
+        try:
+            d = self.job_dir(job.id)
+            account = self.accounts(job)
+            await asyncio.to_thread(self._prepare, d, job, account)
+            _write_json(d, d.orders, {"seq": 1, "action": "run", "devices": _devices(devices)})
+            handle = await self.launcher.start(self._driver_spec(job, account))
+            self._follow(job.id, handle)
+        finally:
+            del self._starting[job.id]
+            started.set_result(None)
 
     def reattach(self, job: Job) -> bool:
         """After a server restart: follow the job's driver again if it still runs."""
@@ -198,6 +207,9 @@ class DriverRunner:
                 del self._drivers[job_id]
 
     async def cancel(self, job: Job) -> None:
+        starting = self._starting.get(job.id)
+        if starting is not None:  # its driver is being started: stopped once it runs
+            await asyncio.shield(starting)
         self._unfollow(job.id)
         handle = self._drivers.pop(job.id, None)
         if handle is not None:
