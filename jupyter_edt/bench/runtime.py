@@ -281,7 +281,11 @@ def _keeper_starts(
     """Starting one idle process on each node, one start after the other (`start_sync` each)
     and together (`start_all_sync`), in alternating rounds: what a job that grows by two waits
     for before its joiners even run, on a machine with cores to spare."""
+    import ray
+
     from jupyter_edt.launch.base import ProcessSpec
+
+    from .latency import until
 
     times: dict[str, list[float]] = {"one_by_one": [], "together": []}
     for i in range(rounds):
@@ -299,7 +303,8 @@ def _keeper_starts(
                 for n, node in enumerate(nodes)
             ]
             where.mkdir(parents=True, exist_ok=True)
-            _until_gpus_free(total=4)  # the last round's keepers gone: none waits for a GPU
+            # the last round's keepers gone: none waits for a GPU
+            until(lambda: ray.available_resources().get("GPU", 0.0) >= 4, "Ray's GPUs free", 60)
             t0 = time.monotonic()
             if mode == "together":
                 handles = launcher.start_all_sync(specs)
@@ -312,16 +317,6 @@ def _keeper_starts(
         **{f"ray_two_keepers_{m}_s": statistics.median(t) for m, t in times.items()},
         **{f"ray_two_keepers_{m}_s_values": t for m, t in times.items()},
     }
-
-
-def _until_gpus_free(total: int, timeout: float = 60.0) -> None:
-    import ray
-
-    deadline = time.monotonic() + timeout
-    while ray.available_resources().get("GPU", 0.0) < total:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"Ray's {total} GPUs were not all free again in {timeout:.0f} s")
-        time.sleep(0.1)
 
 
 def _print(result: dict[str, Any], as_json: bool) -> None:

@@ -8,12 +8,12 @@ interface, so where a process runs is the launcher's business alone.
 
 An engine implements what does not wait: `Launcher.start_sync` and `Launcher.adopt` (and
 `start_all_sync` where starts are best overlapped), and a `ProcessHandle` that tells its exit
-code and delivers signals. Waiting and stopping (graceful,
-then forced) are written here once, in the two colours the callers need: async for the server,
-whose event loop must never block, and blocking (``*_sync``) for the driver, a plain process
-whose loop and monitor thread have nothing else to do meanwhile (an event loop there would only
-move its threads into callbacks). Both colours are methods of the same object, so the one
-launcher a deployment configures serves the server and the drivers alike.
+code and delivers signals. Waiting and stopping (graceful, then forced) are written here once,
+in the two colours the callers need: async for the server, whose event loop must never block,
+and blocking (``*_sync``) for the driver, a plain process whose loop and monitor thread have
+nothing else to do meanwhile (an event loop there would only move its threads into callbacks).
+Both colours are methods of the same object, so the one launcher a deployment configures serves
+the server and the drivers alike.
 """
 
 from __future__ import annotations
