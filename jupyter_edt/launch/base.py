@@ -19,6 +19,7 @@ the server and the drivers alike.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from abc import ABC, abstractmethod
@@ -120,8 +121,21 @@ class Launcher(ABC):
         """Start several processes, returning their handles in order. One after the other
         here, where a start returns at once; a launcher whose starts wait on something remote
         (a Ray actor to be made) overlaps them, so a job that grows by n waits for one start,
-        not n."""
-        return [self.start_sync(spec) for spec in specs]
+        not n. When one start raises, those already started are stopped first: the caller
+        never got their handles, so nobody else would."""
+        started: list[ProcessHandle] = []
+        try:
+            for spec in specs:
+                started.append(self.start_sync(spec))
+        except BaseException:
+            self._stop_all_sync(started)
+            raise
+        return started
+
+    def _stop_all_sync(self, handles: Sequence[ProcessHandle]) -> None:
+        for handle in handles:
+            with contextlib.suppress(Exception):
+                self.stop_sync(handle, grace=0)
 
     @abstractmethod
     def adopt(

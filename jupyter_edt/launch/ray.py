@@ -282,6 +282,7 @@ class RayLauncher(Launcher):
             for _, keeper, _ in begun[len(started) :]:
                 with contextlib.suppress(Exception):
                     ray.kill(keeper)
+            self._stop_all_sync(started)
             raise
         return started
 

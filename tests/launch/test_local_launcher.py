@@ -141,3 +141,25 @@ def test_stop_sync_is_graceful_first_and_kills_at_once_without_grace(tmp_path):
         forced.wait_sync(0.1)
     assert workers.stop_sync(forced, grace=0) == -signal.SIGKILL  # no SIGTERM first
     assert forced.returncode == -signal.SIGKILL
+
+
+def test_when_one_of_several_starts_fails_those_started_are_stopped(tmp_path):
+    """`start_all_sync` returns no handle when a start raises: the processes it had started are
+    stopped, since the caller cannot."""
+
+    class FailsSecond(LocalLauncher):
+        started: list = []
+
+        def start_sync(self, spec):
+            if self.started:
+                raise OSError("no second process today")
+            handle = super().start_sync(spec)
+            self.started.append(handle)
+            return handle
+
+    launcher = FailsSecond()
+    sleeper = "import time; time.sleep(600)"
+    with pytest.raises(OSError, match="no second process"):
+        launcher.start_all_sync([spec(tmp_path, sleeper), spec(tmp_path, sleeper, name="w1")])
+    (first,) = launcher.started
+    assert first.returncode == -signal.SIGKILL
