@@ -51,15 +51,45 @@ function plural(count: number, word: string): string {
  */
 export function describeCluster(cluster: ClusterInfo): string {
   const count = cluster.devices.length;
+  const draining = new Set(
+    cluster.devices.filter(d => d.draining).map(d => d.node)
+  ).size;
+  const leaving = draining ? `, ${plural(draining, 'node')} draining` : '';
   if (cluster.source === 'virtual') {
-    return `${plural(count, 'virtual GPU')} (no NVIDIA GPU found)`;
+    return `${plural(count, 'virtual GPU')} (no NVIDIA GPU found)${leaving}`;
   }
   if (count === 0) {
     return 'No GPUs found';
   }
   if (cluster.source === 'ray') {
     const nodes = new Set(cluster.devices.map(d => d.node)).size;
-    return `${plural(count, 'GPU')} on ${plural(nodes, 'Ray node')}`;
+    return `${plural(count, 'GPU')} on ${plural(nodes, 'Ray node')}${leaving}`;
   }
-  return plural(count, 'NVIDIA GPU');
+  return `${plural(count, 'NVIDIA GPU')}${leaving}`;
+}
+
+/**
+ * What a draining device's badge says on hover: its node leaves (when, if a
+ * deadline was said), and it is offered to no job meanwhile. `now` is in
+ * seconds since the epoch.
+ */
+export function describeDrain(device: Device, now: number): string {
+  const deadline = device.drain_deadline;
+  let when = 'Its node is leaving';
+  if (deadline !== null && deadline !== undefined) {
+    const left = Math.round(deadline - now);
+    when =
+      left > 0
+        ? `Its node leaves in ${formatSeconds(left)}`
+        : 'Its node was due to leave';
+  }
+  return `${when}; its jobs move off it and no new job gets it.`;
+}
+
+function formatSeconds(seconds: number): string {
+  if (seconds < 60) {
+    return plural(seconds, 'second');
+  }
+  const minutes = Math.round(seconds / 60);
+  return plural(minutes, 'minute');
 }

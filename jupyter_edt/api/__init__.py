@@ -10,7 +10,7 @@ from __future__ import annotations
 from tornado import web, websocket
 
 from .artifacts import ArtifactHandler, ArtifactsHandler, ResultZipHandler
-from .cluster import ClusterHandler
+from .cluster import ClusterHandler, NodeDrainHandler
 from .events import EventsHandler
 from .jobs import JobHandler, LogsHandler, MetricsHandler
 from .openapi import NotFoundHandler, OpenAPIHandler
@@ -24,6 +24,7 @@ JOB_ID = r"(?P<job_id>[^/]+)"
 
 default_handlers: list[tuple[str, type[web.RequestHandler]]] = [
     (rf"{API_PREFIX}/cluster", ClusterHandler),
+    (rf"{API_PREFIX}/cluster/nodes/(?P<node>[^/]+)/drain", NodeDrainHandler),
     (rf"{API_PREFIX}/jobs/?", SubmitHandler),  # JobsHandler that also takes an archive upload
     (rf"{API_PREFIX}/jobs/{JOB_ID}", JobHandler),
     (rf"{API_PREFIX}/jobs/{JOB_ID}/metrics", MetricsHandler),

@@ -21,6 +21,7 @@ from ..jobs.models import InvalidTransition, SpecError
 from ..jobs.service import JobService, NotAllowed
 from ..jobs.store import UnknownJob
 from ..jobs.users import Identity
+from ..scheduling.monitor import UnknownNode
 
 if TYPE_CHECKING:
     from ..host import JobHost
@@ -61,7 +62,7 @@ def api_errors() -> Iterator[None]:
         yield
     except SpecError as err:
         raise APIError(400, err.message, err.field) from err
-    except UnknownJob as err:
+    except (UnknownJob, UnknownNode) as err:
         raise APIError(404, str(err)) from err
     except NotAllowed as err:
         raise APIError(403, str(err)) from err

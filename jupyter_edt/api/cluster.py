@@ -1,9 +1,12 @@
 """GET /edt/api/v1/cluster: the devices jobs can be given, which are taken, and their recent
-utilisation, from the monitor's latest reading (requests never wait on NVML)."""
+utilisation, from the monitor's latest reading (requests never wait on NVML).
+POST|DELETE /edt/api/v1/cluster/nodes/{node}/drain: an administrator's drain of a node."""
 
 from __future__ import annotations
 
-from .base import EDTHandler
+from typing import Any
+
+from .base import APIError, EDTHandler, api_errors
 
 
 class ClusterHandler(EDTHandler):
@@ -25,3 +28,38 @@ class ClusterHandler(EDTHandler):
                 ],
             }
         )
+
+
+class NodeDrainHandler(EDTHandler):
+    async def post(self, node: str) -> None:
+        body = self.json_body()
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            raise APIError(400, "The body must be a JSON object.", "body")
+        unknown = set(body) - {"deadline_s"}
+        if unknown:
+            name = sorted(unknown)[0]
+            raise APIError(400, f"Unknown field {name!r}: only deadline_s is taken.", name)
+        deadline = body.get("deadline_s")
+        if deadline is not None and (
+            isinstance(deadline, bool) or not isinstance(deadline, int | float)
+        ):
+            raise APIError(400, "deadline_s must be a number of seconds.", "deadline_s")
+        with api_errors():
+            devices = await self.service.drain_node(self.user_name, node, deadline)
+        self.write_json(_node(devices))
+
+    async def delete(self, node: str) -> None:
+        with api_errors():
+            devices = await self.service.undrain_node(self.user_name, node)
+        self.write_json(_node(devices))
+
+
+def _node(devices: list[Any]) -> dict[str, Any]:
+    return {
+        "node": devices[0].node if devices else None,
+        "draining": any(d.draining for d in devices),
+        "drain_deadline": next((d.drain_deadline for d in devices), None),
+        "devices": [d.id for d in devices],
+    }

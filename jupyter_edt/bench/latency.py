@@ -14,7 +14,15 @@ cancels everything. Per figure, the median and each value, warm beside cold:
 A step's time is when its worker wrote it (its event); an allocation's, when the service
 recorded it. `--quick`: one repetition, warm only (a smoke test's). `--launcher ray`: the same
 on a local Ray cluster's 2 nodes x 2 logical GPUs, cold only (processes on Ray nodes start cold:
-`warm_workers` is the local launcher's).
+`warm_workers` is the local launcher's), and then, per repetition, a job on both nodes through
+the two ways a node leaves:
+
+- `drain_to_off_node_s`: Ray's drain of one of its nodes (as `ray drain-node` with a deadline,
+  a spot instance's notice) to its first step without that node's workers
+- `node_loss_to_first_step_s`: a crash of one of its nodes (its raylet and processes
+  SIGKILLed) to the survivors' first step at the smaller size
+
+Each node that left is replaced by a fresh one before the next change.
 """
 
 from __future__ import annotations
@@ -32,9 +40,12 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import events
+
+if TYPE_CHECKING:
+    from .raycluster import RayCluster
 
 T = TypeVar("T")
 DEADLINE_S = 180.0
@@ -225,6 +236,47 @@ def one_round(service: Service) -> dict[str, float]:
     return out
 
 
+NODE_FIGURES = ("drain_to_off_node_s", "node_loss_to_first_step_s")
+
+
+def node_round(service: Service, cluster: RayCluster) -> dict[str, float]:
+    """A job on both nodes; one node drained, then (a fresh node in its place, the job grown
+    back) one crashed; the seconds each took to the job's first step without the node."""
+    import ray
+
+    from ..scheduling.ray_inventory import drain_node
+
+    job = service.submit("nodes", 4)
+    service.first_step(job, 0, lambda s: s["world_size"] == 4, "a step on 4")
+    out = {}
+    for figure in NODE_FIGURES:
+        node = cluster.nodes[0]
+        before = service.steps(job)[-1]["generation"]
+        t0 = time.time()
+        if figure == "drain_to_off_node_s":
+            drain_node(node.node_id, deadline_s=60)
+        else:
+            cluster.remove_node(node, allow_graceful=False)
+        step = service.first_step(
+            job,
+            t0,
+            lambda s, b=before: s["world_size"] == 2 and s["generation"] > b,
+            f"{figure}: a step on 2",
+        )
+        out[figure] = step["time"] - t0
+        if figure == "drain_to_off_node_s":  # Ray lets it go once nothing runs there
+            until(
+                lambda n=node.node_id: not any(x["Alive"] for x in ray.nodes() if x["NodeID"] == n),
+                "the drained node gone",
+            )
+            cluster.remove_node(node, allow_graceful=False)
+        cluster.add_node(gpus=2)
+        service.first_step(job, step["time"], lambda s: s["world_size"] == 4, "on 4 again")
+    service.call("DELETE", f"jobs/{job}")
+    until(lambda: service.ended(job), f"{job} ended", 60)
+    return out
+
+
 def measure(
     reps: int, modes: tuple[bool, ...], keep: str | None = None, launcher: str = "local"
 ) -> dict[str, Any]:
@@ -232,14 +284,15 @@ def measure(
         from .raycluster import ray_cluster
 
         with ray_cluster(nodes=2, gpus_per_node=2) as cluster:
-            return {"launcher": "ray", **_measure(reps, modes, keep, cluster.address)}
+            return {"launcher": "ray", **_measure(reps, modes, keep, cluster)}
     return {"launcher": "local", **_measure(reps, modes, keep)}
 
 
 def _measure(
-    reps: int, modes: tuple[bool, ...], keep: str | None, ray_address: str | None = None
+    reps: int, modes: tuple[bool, ...], keep: str | None, cluster: RayCluster | None = None
 ) -> dict[str, Any]:
     values: dict[str, dict[str, list[float]]] = {}
+    ray_address = None if cluster is None else cluster.address
     with tempfile.TemporaryDirectory(prefix="edt-bench-latency-") as scratch:
         tmp = keep or scratch
         for warm in modes:
@@ -247,9 +300,16 @@ def _measure(
             service = Service(Path(tmp) / kind, warm, ray_address)
             try:
                 rounds = [one_round(service) for _ in range(reps)]
+                if cluster is not None:
+                    import ray
+
+                    ray.init(address=ray_address, log_to_driver=False)
+                    nodes = [node_round(service, cluster) for _ in range(reps)]
+                    rounds = [{**r, **n} for r, n in zip(rounds, nodes, strict=True)]
             finally:
                 service.stop()
-            values[kind] = {f: [round(r[f], 3) for r in rounds] for f in FIGURES}
+            figures = FIGURES + (NODE_FIGURES if cluster is not None else ())
+            values[kind] = {f: [round(r[f], 3) for r in rounds] for f in figures}
     result: dict[str, Any] = {"reps": reps}
     for kind, figures in values.items():
         for figure, xs in figures.items():

@@ -28,6 +28,7 @@ from typing import Any
 from ..launch.accounts import Account, hand_over
 from ..launch.base import Launcher, ProcessHandle, ProcessSpec
 from ..launch.local import UNKNOWN_EXIT, log_paths
+from ..runtime.environment import JOB_ENV_KEY
 from ..runtime.jobdir import JobDir, write_json_atomic
 from ..scheduling.inventory import Device
 from .archives import open_artifact
@@ -155,7 +156,7 @@ class DriverRunner:
             cwd=d.code,
             log_dir=d.logs,
             # and what it needs to start its workers through the same kind of launcher
-            env={**job.spec.env, **self.contract(job), **self.launcher.driver_env()},
+            env={**self.job_environment(job), **self.launcher.driver_env()},
             virtual_devices=True,  # the driver never touches a GPU
             account=account,
         )
@@ -224,6 +225,12 @@ class DriverRunner:
 
     # helpers ------------------------------------------------------------------------------
 
+    def job_environment(self, job: Job) -> dict[str, str]:
+        """The job's environment (layer 2 of `runtime/environment.py`'s rule): what was
+        submitted, then the contract. Its driver gets it, and hands it to every worker it
+        starts, on whatever node (it is in job.json)."""
+        return {**job.spec.env, **self.contract(job)}
+
     def contract(self, job: Job) -> dict[str, str]:
         """The environment every process of the job gets: the core's names, then what each
         plugin adds (WMLA's names, say)."""
@@ -274,6 +281,7 @@ class DriverRunner:
                 "id": job.id,
                 "program": [str(entry), *spec.args],
                 "max_gpus": job.max_gpus,
+                JOB_ENV_KEY: self.job_environment(job),
             },
         )
         if account is not None:
@@ -349,7 +357,8 @@ class DriverRunner:
             else:
                 await self.launcher.stop(handle, grace=0)  # its orphaned workers
                 stderr = _tail_text(log_paths(d.logs, DRIVER)[1], limit=800)
-                await service.job_lost(job_id, _driver_death(code), stderr)
+                why = status.get("lost") if status.get("state") == "lost" else None
+                await service.job_lost(job_id, why or _driver_death(code), stderr)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -76,7 +76,9 @@ class Scheduler:
         lock, and no device has two jobs.
         """
         async with self._lock:
-            present = self.monitor.devices
+            # a draining node's devices are offered to nobody: its jobs shrink off it, or move
+            present = [d for d in self.monitor.devices if not d.draining]
+            draining = {d.id for d in self.monitor.devices if d.draining}
             releasing = {
                 d for j in self.store.list_jobs(states=[JobState.SUSPENDED]) for d in j.devices
             }
@@ -102,7 +104,8 @@ class Scheduler:
                     releasing |= set(holds)  # it waits, keeping its devices meanwhile
                     continue
                 lost = [d for d in holds if d in gone]
-                await self._apply(order, [by_id[d] for d in order.devices], lost)
+                drained = [d for d in lost if d in draining]
+                await self._apply(order, [by_id[d] for d in order.devices], lost, drained)
                 if order.action == "suspend":
                     releasing |= set(holds)
                 applied.append(order)
@@ -129,11 +132,23 @@ class Scheduler:
             if why is not None and why != job.reason:
                 self.store.set_waiting_reason(job.id, why, now=now)
 
-    async def _apply(self, order: Order, devices: Sequence[Device], lost: Sequence[str]) -> None:
-        """Carry out one order; `lost` names the devices the job held that vanished."""
+    async def _apply(
+        self,
+        order: Order,
+        devices: Sequence[Device],
+        lost: Sequence[str],
+        drained: Sequence[str] = (),
+    ) -> None:
+        """Carry out one order; `lost` names the devices the job held that vanished or drain
+        (`drained`, those of them whose node drains)."""
         job_id, now = order.job_id, self.clock()
         n = len(devices)
-        gone = f"{', '.join(lost)} gone: " if lost else ""
+        vanished = [d for d in lost if d not in drained]
+        gone = "".join(
+            f"{', '.join(ids)} {what}: "
+            for ids, what in ((vanished, "gone"), (drained, "draining"))
+            if ids
+        )
         if order.action == "start":
             self.store.set_state(job_id, JobState.STARTING, f"given {n} GPU(s)", now=now)
             job = self.store.set_devices(job_id, order.devices, "admitted", now=now)

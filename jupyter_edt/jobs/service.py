@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..scheduling.allocator import Order
+from ..scheduling.inventory import Device
 from ..scheduling.monitor import InventoryMonitor
 from ..scheduling.policy import Policy, PolicyName, ShareRules
 from .archives import safe_extract
@@ -194,6 +195,38 @@ class JobService(JobQueries):
         await asyncio.to_thread(_remove_tree, root)
         log.info("job %s deleted by %s", job_id, user)
         return job
+
+    # nodes --------------------------------------------------------------------------------
+
+    async def drain_node(
+        self, user: str, node: str, deadline_s: float | None = None
+    ) -> list[Device]:
+        """An administrator announces that `node` leaves (a spot instance's notice, a
+        maintenance), in `deadline_s` seconds if said: its devices are offered to no job from
+        now on, and its jobs shrink off it (or move) at their next step boundary. A cluster's
+        inventory is told too (Ray then places nothing new there, and lets the node go once
+        nothing runs on it). Returns the node's devices."""
+        if not self.users.is_admin(user):
+            raise NotAllowed("Only an administrator drains a node.")
+        if deadline_s is not None and not deadline_s >= 0:
+            raise SpecError("deadline_s", "deadline_s must be 0 or more seconds.")
+        monitor = self.scheduler.monitor
+        node = monitor.node(node)
+        tell = getattr(monitor.inventory, "drain", None)
+        if tell is not None:
+            await asyncio.to_thread(tell, node, deadline_s)
+        devices = monitor.drain(node, deadline_s)
+        log.info("node %s drained by %s (deadline in %s s)", node, user, deadline_s)
+        await self.reschedule()
+        return devices
+
+    async def undrain_node(self, user: str, node: str) -> list[Device]:
+        """Take back an administrator's drain (one its inventory reports stays)."""
+        if not self.users.is_admin(user):
+            raise NotAllowed("Only an administrator takes a drain back.")
+        devices = self.scheduler.monitor.undrain(node)
+        await self.reschedule()
+        return devices
 
     # reports from the runner (`RunnerReports`) --------------------------------------------
 

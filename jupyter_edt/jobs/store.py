@@ -364,10 +364,25 @@ class JobStore:
         """The job's workers formed a group on `world_size` devices: a `formed` event with
         the survivors' measured pause and how long the newest allocation waited for it
         (`waited_s`: the devices it gave, held but idle; None when no allocation came since the
-        last group formed: a worker died, say)."""
+        last group formed: a worker died, say).
+
+        The same report again (a restarted service reads the driver's last status anew: the
+        same generation at the same time) is recorded once."""
         now = time.time() if now is None else now
         with self._change() as s:
             self._row(s, job_id)
+            previous = s.scalars(
+                select(EventRow)
+                .where(EventRow.job_id == job_id, EventRow.kind == "formed")
+                .order_by(EventRow.id.desc())
+                .limit(1)
+            ).first()
+            if (
+                previous is not None
+                and previous.time == now
+                and previous.data.get("generation") == generation
+            ):
+                return dict(previous.data)
 
             def last(kind: str) -> float | None:
                 return s.scalars(

@@ -78,15 +78,32 @@ class ProcessSpec:
 
 
 class ProcessHandle(ABC):
-    """A started (or adopted) process. `returncode` is None while it runs."""
+    """A started (or adopted) process. `returncode` is None while it runs.
+
+    `vanished`: it was lost with the place it ran (its node died, or could not be reached or
+    placed), not ended by its program; a driver does not charge such a loss to the program's
+    budget of replacements, nor tries that place again at once."""
 
     spec: ProcessSpec
     pid: int
+    vanished: bool = False
 
     @property
     @abstractmethod
     def returncode(self) -> int | None:
         """Its exit code once it has ended (-N: killed by signal N), without waiting."""
+
+    @property
+    def silent_s(self) -> float:
+        """How long a question about the process has gone unanswered: its launcher asks
+        another machine, which may be gone (0: it answers, or it runs here, where nothing needs
+        asking)."""
+        return 0.0
+
+    def abandon(self) -> None:
+        """Take the process for lost without waiting for an answer (its peers' group failed on
+        it and it stays silent): kill it wherever it may still run, and end this handle."""
+        self.send_signal(signal.SIGKILL)
 
     @abstractmethod
     def send_signal(self, sig: int) -> None:
@@ -152,6 +169,11 @@ class Launcher(ABC):
         on beside the job's next driver. Nothing by default: a launcher
         whose processes end with the one that started them has nothing to do."""
         return None
+
+    def available(self, node: str | None) -> bool:
+        """Whether a process may be placed on `node` now: not one this launcher has seen go
+        (its processes vanished) or that its cluster has taken out. Always, for one machine."""
+        return True
 
     def driver_env(self) -> dict[str, str]:
         """What a driver this launcher starts needs in its environment to start its workers

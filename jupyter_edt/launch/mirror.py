@@ -9,8 +9,10 @@ the result zip see what remote workers wrote as if they had written it in place.
 
 Chunks follow how files are written: a file that grew in place (a log, an events file) sends
 only what was added; one replaced (an atomic save renames a new file over the old one) or
-rewritten is sent whole; one removed (an old checkpoint) is removed. Dot files are temporary
-(atomic saves write `.name.tmp-*` first) and never sent.
+rewritten is sent whole; one removed (an old checkpoint) is removed. Logs (files in a `logs`
+or `log` directory) are only ever appended to, as on one machine: a resumed job's copy sends
+its processes' lines after those of the job's earlier runs. Dot files are temporary (atomic
+saves write `.name.tmp-*` first) and never sent.
 
 Standard library only, as the rest of `launch/`.
 """
@@ -27,18 +29,27 @@ from pathlib import Path, PurePosixPath
 
 from .base import ProcessSpec
 
-#: What a node's copy sends back: the job directory's parts that processes write.
-WRITTEN = ("logs", "result")
+#: What a node's copy sends back: the job directory's parts that processes write. Results are
+#: read first: a process records an epoch (logs) before it checkpoints it (result), so a
+#: collection that finds the checkpoint then also finds the record, however the two writes
+#: and the walk interleave; a node lost after that collection loses neither, and a job resumed
+#: from that checkpoint misses no record.
+WRITTEN = ("result", "logs")
 #: Bytes of a file's end remembered to tell an append from a rewrite.
 TAIL = 64
 #: The most bytes one collection sends (the rest follows at the next one).
 COLLECT_LIMIT = 64 * 1024 * 1024
 
 
+#: A chunk's `offset` that appends its data to the file, whatever it holds (a log).
+APPEND = -2
+
+
 @dataclass(frozen=True)
 class Chunk:
     """A change to one file, its `path` relative to the job directory: `data` written at
-    `offset`, or the whole file when `offset` is -1; `data` None: the file is gone."""
+    `offset`, the whole file when `offset` is -1, or added at its end (`APPEND`: a log, which
+    may hold an earlier run's lines); `data` None: the file is gone."""
 
     path: str
     offset: int
@@ -155,6 +166,8 @@ class Mirror:
             return None
         tail = (sent.tail if appended and sent is not None else b"") + data
         self._sent[rel] = _Sent(st.st_ino, offset + len(data), tail[-TAIL:])
+        if _append_only(rel) and (appended or sent is None):
+            return Chunk(rel, APPEND, data)
         return Chunk(rel, offset if appended else -1, data)
 
     def _remember(self, path: Path) -> None:
@@ -162,6 +175,13 @@ class Mirror:
         with path.open("rb") as f:
             tail = _tail_at(f, st.st_size)
         self._sent[str(path.relative_to(self.root))] = _Sent(st.st_ino, st.st_size, tail)
+
+
+def _append_only(rel: str) -> bool:
+    """Whether a file is a log, which every process that writes it appends to (a process's
+    output, the runtime's events, WMLA's logs under RESULT_DIR/log/): a job resumed on a node
+    starts its copy without the earlier runs' lines, which the job directory keeps."""
+    return bool({"log", "logs"} & set(rel.split("/")[:-1]))
 
 
 def _tail_at(f: io.BufferedReader, end: int) -> bytes:
@@ -185,6 +205,10 @@ def apply(job_dir: Path, chunks: Sequence[Chunk]) -> None:
             staged = target.with_name(f".{target.name}.mirror")
             staged.write_bytes(chunk.data)
             os.replace(staged, target)
+            continue
+        if chunk.offset == APPEND:
+            with target.open("ab") as f:
+                f.write(chunk.data)
             continue
         with target.open("r+b" if target.exists() else "wb") as f:
             f.seek(chunk.offset)

@@ -30,6 +30,7 @@ import logging
 import os
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -50,7 +51,8 @@ NAMESPACE_ENV = "EDT_RAY_NAMESPACE"
 SHARED_FS_ENV = "EDT_RAY_SHARED_FS"
 #: The namespace keepers are named in, unless the launcher is given another.
 NAMESPACE = "jupyter-edt"
-#: How long one call to a keeper may take before it counts as unanswered.
+#: How long one call to a keeper may take before it counts as unanswered (while a restarted
+#: service finds its drivers' keepers again).
 CALL_TIMEOUT_S = 10.0
 #: How long starting processes may take (their keepers made, placed, and each process started).
 START_TIMEOUT_S = 120.0
@@ -59,6 +61,13 @@ ASK_EVERY_S = 0.05
 #: How long a keeper may stay unreachable before its process counts as lost (past the time
 #: Ray takes to declare a silent node dead, when calls fail with ActorDiedError instead).
 UNREACHABLE_S = 60.0
+#: How long a keeper may be silent before Ray's node table is asked whether its node died.
+NODE_CHECK_AFTER_S = 0.5
+#: How old a reading of Ray's node table may be.
+NODE_TABLE_MAX_AGE_S = 1.0
+#: How long no process is placed on a node whose processes vanished (unless Ray's node table
+#: drops it sooner): past Ray's default health checks (~15 s), which take a dead node out.
+NODE_RETRY_S = 30.0
 #: The exit code of a process whose keeper is gone (its node died): as if SIGKILLed.
 LOST = -signal.SIGKILL
 
@@ -139,69 +148,131 @@ class RayProcess(ProcessHandle):
     """A process kept by a keeper actor. Its exit code is asked of the keeper (at most every
     `ASK_EVERY_S`: a controller polls its workers every few milliseconds) and remembered; once
     it is known, the keeper kills what is left of the process's group and ends, giving its
-    GPUs back to Ray."""
+    GPUs back to Ray.
+
+    Nothing here waits for a keeper: a question is sent, and its answer read when it has come
+    (a keeper on a dead node may never answer, and a controller must not stall on it). The
+    process is lost (`LOST`, `vanished`) when its keeper dies, when Ray's node table shows its
+    node dead while it is silent, when it stays silent past `UNREACHABLE_S`, or when the caller
+    `abandon`s it sooner (its peers' group failed on it)."""
 
     def __init__(
-        self, spec: ProcessSpec, keeper: Any, pid: int, node: str, code: int | None = None
+        self,
+        spec: ProcessSpec,
+        keeper: Any,
+        pid: int,
+        node: str,
+        code: int | None = None,
+        launcher: RayLauncher | None = None,
     ) -> None:
         self.spec = spec
         self.pid = pid  # -1: it never started (`code` is then its end)
         self.node = node
+        self.vanished = code == LOST
         self._keeper = keeper
+        self._launcher = launcher
         self._code: int | None = code
         self._asked = float("-inf")
-        self._unreachable_since: float | None = None
+        self._pending: Any = None  # the poll under way
+        self._unanswered_since: float | None = None
+        self._lock = threading.Lock()  # a controller's threads both read the exit code
 
     @property
     def returncode(self) -> int | None:
-        if self._code is not None:
+        with self._lock:
+            if self._code is None:
+                self._hear()
+            if self._code is None and self._pending is None:
+                now = time.monotonic()
+                if now - self._asked >= ASK_EVERY_S:
+                    self._asked = now
+                    if self._unanswered_since is None:
+                        self._unanswered_since = now
+                    self._pending = self._keeper.poll.remote()
             return self._code
-        now = time.monotonic()
-        if now - self._asked < ASK_EVERY_S:
-            return None
-        self._asked = now
-        polled = self._call("poll", default=(LOST, []))
-        if polled is None:
-            return None  # not answered in time: ask again later
-        code, chunks = polled
+
+    @property
+    def silent_s(self) -> float:
+        since = self._unanswered_since
+        return 0.0 if since is None or self._code is not None else time.monotonic() - since
+
+    def abandon(self) -> None:
+        with self._lock:
+            if self._code is None:
+                self._lose(f"silent for {self.silent_s:.1f} s after its peers' group failed")
+
+    def send_signal(self, sig: int) -> None:
+        """Sent, not awaited (calls to one actor arrive in order: before the next poll)."""
+        if self._code is None:
+            with contextlib.suppress(Exception):
+                self._keeper.send_signal.remote(sig)
+
+    def _hear(self) -> None:
+        """Read the answer to the poll under way, if it has come; lose the process if its
+        keeper is gone."""
+        import ray
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        if self._pending is not None and ray.wait([self._pending], timeout=0)[0]:
+            answer, self._pending = self._pending, None
+            try:
+                code, chunks = ray.get(answer)
+            except ActorUnavailableError:
+                pass  # not reached this time (a busy or a dead node): asked again
+            except RayActorError as err:  # ActorDiedError: its process, or its node, died
+                # Ray declares a crashed node's actors dead once it declares the node dead;
+                # a keeper that died alone (killed, or ended by another handle) leaves the
+                # node usable
+                node_lost = self._launcher is not None and self._launcher.node_dead(
+                    self.node, fresh=True
+                )
+                self._lose(f"its keeper died: {type(err).__name__}", node_lost=node_lost)
+                return
+            else:
+                self._unanswered_since = None
+                self._copy_back(chunks)
+                if code is not None:
+                    self._code = code
+                    self._finish()
+                return
+        silent = self.silent_s
+        if silent > UNREACHABLE_S:
+            self._lose(f"its keeper did not answer for {silent:.0f} s")
+        elif (
+            silent > NODE_CHECK_AFTER_S
+            and self._launcher is not None
+            and self._launcher.node_dead(self.node)
+        ):
+            self._lose(f"Ray's node table shows its node {self.node[:8]} dead")
+
+    def _copy_back(self, chunks: list[Chunk]) -> None:
         if chunks and self.spec.job_dir is not None:
             try:
                 apply(self.spec.job_dir, chunks)
             except (OSError, ValueError) as err:
                 log.warning("What %s wrote on its node was not copied back: %s", self.pid, err)
-        if code is not None:
-            self._code = code
-            self._finish()
-        return code
 
-    def send_signal(self, sig: int) -> None:
-        if self._code is None:
-            self._call("send_signal", sig, default=None)
+    def _lose(self, why: str, *, node_lost: bool = True) -> None:
+        """The process counts as killed with its node (`node_lost`: nothing is placed there
+        for a while); its keeper is killed (if it still runs, its process dies with it), so
+        nothing the job no longer counts goes on."""
+        log.warning("%s on Ray node %s is lost: %s", keeper_name(self.spec), self.node[:8], why)
+        self._code = LOST
+        self.vanished = True
+        self._pending = None
+        if node_lost and self._launcher is not None:
+            self._launcher.lost_on(self.node)
+        if self._keeper is not None:
+            import ray
+
+            with contextlib.suppress(Exception):
+                ray.kill(self._keeper)
 
     def _finish(self) -> None:
         """The keeper kills the group's leftovers and ends; not waited for."""
         if self._keeper is not None:
             with contextlib.suppress(Exception):
                 self._keeper.finish.remote()
-
-    def _call(self, method: str, *args: Any, default: Any) -> Any:
-        """Call the keeper; `default` when it is gone (it died, or stayed unreachable for
-        `UNREACHABLE_S`: its node died), None when it did not answer this time (it may yet:
-        Ray says an actor is unavailable for a while when its node is busy, too)."""
-        import ray
-        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
-
-        try:
-            answer = ray.get(getattr(self._keeper, method).remote(*args), timeout=CALL_TIMEOUT_S)
-        except (GetTimeoutError, ActorUnavailableError):
-            now = time.monotonic()
-            if self._unreachable_since is None:
-                self._unreachable_since = now
-            return default if now - self._unreachable_since > UNREACHABLE_S else None
-        except RayActorError:  # ActorDiedError: its process, or its node, died
-            return default
-        self._unreachable_since = None
-        return answer
 
 
 class RayLauncher(Launcher):
@@ -225,6 +296,9 @@ class RayLauncher(Launcher):
         self.shared_fs = shared_fs
         self.detached = detached
         self._keeper_class: Any = None
+        self._lost: dict[str, float] = {}  # node -> when a process there vanished
+        self._table_read = float("-inf")
+        self._dead: set[str] = set()  # nodes Ray's node table shows dead, as last read
 
     def connect(self) -> None:
         import ray
@@ -262,6 +336,35 @@ class RayLauncher(Launcher):
         self.connect()
         return _this_node()
 
+    def available(self, node: str | None) -> bool:
+        """Not a node whose processes vanished less than `NODE_RETRY_S` ago, nor one Ray's
+        node table shows dead."""
+        if not node:
+            return True
+        lost = self._lost.get(node)
+        if lost is not None and time.monotonic() - lost < NODE_RETRY_S:
+            return False
+        return not self.node_dead(node)
+
+    def lost_on(self, node: str) -> None:
+        """A process on `node` vanished: nothing more is placed there for a while."""
+        if node:
+            self._lost[node] = time.monotonic()
+
+    def node_dead(self, node: str, *, fresh: bool = False) -> bool:
+        """Whether Ray's node table (read at most every `NODE_TABLE_MAX_AGE_S`, unless
+        `fresh`) shows `node` dead. Ray takes a crashed node out after its health checks fail
+        (~15 s by default; `health_check_period_ms` and `health_check_failure_threshold` on the
+        head)."""
+        import ray
+
+        now = time.monotonic()
+        if fresh or now - self._table_read >= NODE_TABLE_MAX_AGE_S:
+            self._table_read = now
+            with contextlib.suppress(Exception):  # the GCS unreachable: keep the last reading
+                self._dead = {n["NodeID"] for n in ray.nodes() if not n.get("Alive")}
+        return node in self._dead
+
     def start_sync(self, spec: ProcessSpec) -> RayProcess:
         return self.start_all_sync([spec])[0]
 
@@ -280,6 +383,8 @@ class RayLauncher(Launcher):
                 started.append(self._end(spec, keeper, answer, deadline))
         except BaseException:
             for _, keeper, _ in begun[len(started) :]:
+                if keeper is None:
+                    continue
                 with contextlib.suppress(Exception):
                     ray.kill(keeper)
             self._stop_all_sync(started)
@@ -288,12 +393,15 @@ class RayLauncher(Launcher):
 
     def _begin(self, spec: ProcessSpec) -> tuple[ProcessSpec, Any, Any]:
         """Make the process's keeper on its node and ask it to start the process; the answer
-        is awaited by `_end`."""
+        is awaited by `_end`. Nothing is tried on a node that is not `available` (no keeper:
+        the process vanishes at once)."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         here = _this_node()
         node = spec.node or here
+        if not self.available(node):
+            return replace(spec, node=node), None, None
         gpus = spec.gpus if spec.gpus is not None else len(spec.devices or ())
         if spec.account is None and os.geteuid() != 0:
             # a keeper may run as root: the process runs as whoever asked for it
@@ -317,20 +425,25 @@ class RayLauncher(Launcher):
         import ray
         from ray.exceptions import ActorUnschedulableError, GetTimeoutError, RayActorError
 
+        node = spec.node or ""
+        if keeper is None:
+            log.warning("%s not started: Ray node %s is gone", keeper_name(spec), node[:8])
+            return RayProcess(spec, None, -1, node, code=LOST, launcher=self)
         try:
             started = ray.get(answer, timeout=max(0.0, deadline - time.monotonic()))
         except (ActorUnschedulableError, RayActorError, GetTimeoutError) as err:
             # its node is gone (the inventory has not caught up yet) or never made room: to
-            # the caller, a process that died at once, as on a GPU that fails
-            log.warning("%s could not start on Ray node %s: %s", keeper_name(spec), spec.node, err)
+            # the caller, a process that vanished at once, as on a node that fails
+            log.warning("%s could not start on Ray node %s: %s", keeper_name(spec), node, err)
+            self.lost_on(node)
             with contextlib.suppress(Exception):
                 ray.kill(keeper)
-            return RayProcess(spec, None, -1, spec.node or "", code=LOST)
+            return RayProcess(spec, None, -1, node, code=LOST, launcher=self)
         except BaseException:
             with contextlib.suppress(Exception):
                 ray.kill(keeper)
             raise
-        return RayProcess(spec, keeper, started["pid"], started["node"])
+        return RayProcess(spec, keeper, started["pid"], started["node"], launcher=self)
 
     def adopt(
         self, spec: ProcessSpec, pid: int, started: int, exit_code: Callable[[], int | None]
@@ -370,4 +483,4 @@ class RayLauncher(Launcher):
             with contextlib.suppress(Exception):  # it keeps another, or an ended, process
                 keeper.finish.remote()
             return None
-        return RayProcess(spec, keeper, pid, kept["node"])
+        return RayProcess(spec, keeper, pid, kept["node"], launcher=self)

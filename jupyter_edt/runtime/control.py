@@ -49,6 +49,7 @@ from typing import Any
 
 from ..launch.base import Launcher, ProcessHandle, ProcessSpec
 from ..launch.local import LocalLauncher
+from .environment import worker_environment
 from .store_keys import (
     CTL,
     failed_key,
@@ -64,6 +65,12 @@ __all__ = ["LocalController", "Placement", "WorkerCrashed"]
 #: How much lower a joiner's CPU priority is while it prepares (it restores its own as it
 #: joins): the job's training processes go first on cores they share with it.
 JOINER_NICE = 10
+#: How long after a worker reports a failed collective the controller waits for a death that
+#: caused it to be seen, before it takes the group for stuck and forms it again.
+STUCK_GRACE_S = 0.25
+#: How long a member's launcher may leave a question unanswered, once the member's group has
+#: failed, before the member counts as lost (its node crashed: nobody will ever answer).
+LOST_SILENCE_S = 1.0
 
 
 class WorkerCrashed(RuntimeError):
@@ -97,7 +104,8 @@ class LocalController:
     path and its arguments. The script builds a ``Trainer`` and calls ``fit``. ``launcher``
     starts, watches and stops the workers (default: child processes in this process's group,
     so that whoever stops this process's group stops them too); each worker's stdout and
-    stderr go to ``<log_dir>/<worker>.out``.
+    stderr go to ``<log_dir>/<worker>.out``. ``env`` is the job's environment, which every
+    worker gets (the rule: ``environment.py``).
     """
 
     def __init__(
@@ -126,7 +134,9 @@ class LocalController:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.timeout_s = timeout_s
         self.python = python
-        self.extra_env = dict(env or {})
+        # the job's environment (runtime/environment.py): given to every worker explicitly,
+        # as a worker on another node inherits nothing from this process
+        self.job_env = dict(env or {})
         # The store listens on every address; workers reach it at `store_host` (this node's
         # address, for workers on other nodes).
         self.store_host = store_host
@@ -347,7 +357,7 @@ class LocalController:
         place: Placement = Placement(),
         nice: int = 0,
     ) -> ProcessSpec:
-        env = {
+        wiring = {
             "EDT_STORE": f"{self.store_host}:{self.port}",
             "EDT_WORKER_ID": worker,
             "EDT_RUN": self.run,
@@ -356,10 +366,9 @@ class LocalController:
             "EDT_TIMEOUT_S": str(self.timeout_s),
             # one machine: loopback; across nodes gloo finds the interface (or the deployment
             # sets GLOO_SOCKET_IFNAME)
-            **_gloo_interface(self.store_host),
-            **self.extra_env,
-            **worker_env,
+            **_gloo_interface(self.store_host, self.job_env),
         }
+        env = worker_environment(self.job_env, wiring, worker_env)
         return ProcessSpec(
             job_id=self.job_id,
             name=worker,
@@ -380,7 +389,8 @@ class LocalController:
 
         A worker reporting a failed collective while every process is alive (a stuck peer, a
         timeout) also gets a new generation, after a grace period that lets a death that caused
-        the report be seen first.
+        the report be seen first; a member whose launcher stays silent meanwhile (a node that
+        crashed) is taken for lost then, rather than at the launcher's own, longer bound.
         """
         stuck_since: float | None = None
         while not self._stop.wait(0.02):
@@ -400,8 +410,12 @@ class LocalController:
                     now = time.monotonic()
                     if stuck_since is None:  # not `or`: a monotonic time may be 0.0
                         stuck_since = now
-                    if now - stuck_since < 0.25:
+                    if now - stuck_since < STUCK_GRACE_S:
                         continue
+                settled = self._settle(dead)
+                if settled is None:
+                    continue  # a member's launcher has not answered yet: lost, or slow?
+                dead = settled
                 stuck_since = None
                 alive = tuple(w for w in self.members if self.procs[w].returncode is None)
                 self.failures.append({"gen": gen, "dead": dead, "time": time.time()})
@@ -409,6 +423,34 @@ class LocalController:
                     self._publish(alive)
                 else:
                     self.members = ()
+
+    def _settle(self, dead: list[str]) -> list[str] | None:
+        """Who of the members is gone, before a generation without them is published: the
+        `dead` ones, and those their launcher takes too long to answer for (a node that
+        crashed answers nothing), abandoned as lost: silent past `LOST_SILENCE_S`, and every
+        member on a node whose processes vanished (a node dies with all its processes, not
+        all of them at the same instant). None while another is silent for less than that (it
+        may yet answer): a generation that still counted a dead member would fail to form only
+        at the group's timeout. On one machine nobody is ever silent or vanishes."""
+        gone = {self.procs[w].spec.node for w in dead if self.procs[w].vanished}
+        silence = {w: self.procs[w].silent_s for w in self.members if w not in dead}
+        lost: list[str] = []
+        while True:
+            more = [
+                w
+                for w, quiet in silence.items()
+                if w not in lost
+                and (quiet > LOST_SILENCE_S or (gone and self.procs[w].spec.node in gone))
+            ]
+            if not more:
+                break
+            lost += more
+            gone |= {self.procs[w].spec.node for w in more}
+        for w in lost:
+            self.procs[w].abandon()
+        if any(quiet > STUCK_GRACE_S for w, quiet in silence.items() if w not in lost):
+            return None
+        return dead + lost
 
     def _stop_late_joiners(self) -> None:
         """A member finished training, so the job is over; joiners of a generation that has
@@ -443,7 +485,10 @@ def _placements(placements: Sequence[Placement] | None, n: int) -> Sequence[Plac
     return placements
 
 
-def _gloo_interface(store_host: str) -> dict[str, str]:
-    if "GLOO_SOCKET_IFNAME" in os.environ:
-        return {"GLOO_SOCKET_IFNAME": os.environ["GLOO_SOCKET_IFNAME"]}
+def _gloo_interface(store_host: str, job_env: Mapping[str, str]) -> dict[str, str]:
+    """The interface gloo binds: the job's or this process's choice, else loopback when every
+    worker reaches the store there (one machine)."""
+    chosen = job_env.get("GLOO_SOCKET_IFNAME") or os.environ.get("GLOO_SOCKET_IFNAME")
+    if chosen:
+        return {"GLOO_SOCKET_IFNAME": chosen}
     return {"GLOO_SOCKET_IFNAME": "lo"} if store_host.startswith("127.") else {}

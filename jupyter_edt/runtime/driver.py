@@ -36,6 +36,7 @@ from typing import Any
 from ..launch import workers_launcher
 from ..launch.local import merged_log_path
 from .control import LocalController, Placement, WorkerCrashed
+from .environment import JOB_ENV_KEY
 from .jobdir import JobDir, checkpoints, process_start_time, read_json
 from .store_keys import formed_key
 
@@ -91,6 +92,7 @@ class Driver:
         self.device_failures: dict[str, int] = {}  # device id -> workers failed on it
         self.failed_at: dict[str, float] = {}  # device id -> monotonic time of the last failure
         self.failures_seen = 0  # controller failure records already counted
+        self.lost_with_node = 0  # workers lost with their node (not charged to the devices)
         self.formed_gen = 0  # the newest generation reported as formed
         self.moving_gen: int | None = None  # a move waits for this generation's state transfer
         self.ctl: LocalController | None = None
@@ -112,6 +114,7 @@ class Driver:
             cwd=self.dir.code,
             timeout_s=float(os.environ.get("EDT_TIMEOUT_S", "10")),
             job_id=self.job["id"],
+            env=self.job.get(JOB_ENV_KEY, {}),  # every worker's, on any node
             launcher=launcher,
             store_host=launcher.reachable_host(),
             job_dir=self.dir.root,  # copied to nodes that do not share this file system
@@ -146,6 +149,10 @@ class Driver:
                 self._apply(orders["devices"])
             if all(p.returncode is not None for p in ctl.procs.values()):
                 return self._finished()
+            vanished = [w for w, p in ctl.procs.items() if p.vanished]
+            if vanished and not self.elastic:
+                ctl.close()  # nothing carries on without them; the job runs again elsewhere
+                return self._lost(vanished)
             error = self._reconcile() if self.elastic else self._rigid_failure()
             if error is not None:
                 return self._exit(1, error)
@@ -208,7 +215,7 @@ class Driver:
         keep = [w for w in members if self.device_of[w]["id"] in wanted]
         held = {self.device_of[w]["id"] for w in keep}
         vacant = [d for d in self.devices if d["id"] not in held]
-        new = [d for d in vacant if self._may_start(d["id"])]
+        new = [d for d in vacant if self._may_start(d)]
         if not new and len(keep) == len(members):
             return None
         if not keep and not new:
@@ -235,7 +242,7 @@ class Driver:
         except WorkerCrashed as err:
             for w, d in zip(err.joiners, new, strict=True):
                 self.device_of[w] = d
-                if w in err.codes:
+                if w in err.codes and not ctl.procs[w].vanished:
                     self._failed_on(d["id"])
             self._report()
             return None
@@ -260,9 +267,14 @@ class Driver:
                 ).strip()
         return None
 
-    def _may_start(self, device_id: str) -> bool:
-        """Whether a vacant device may get a worker now: not one that keeps failing, not right
+    def _may_start(self, device: Mapping[str, Any]) -> bool:
+        """Whether a vacant device may get a worker now: not on a node that is gone or whose
+        workers just vanished (`Launcher.available`), not one that keeps failing, not right
         after a failure, and not beyond the job's budget of replacements."""
+        assert self.ctl is not None
+        if not self.ctl.launcher.available(device.get("node")):
+            return False
+        device_id = device["id"]
         failures = self.device_failures.get(device_id, 0)
         if failures == 0:
             return True
@@ -271,13 +283,17 @@ class Driver:
         return time.monotonic() - self.failed_at[device_id] >= REPLACE_DELAY_S
 
     def _count_failures(self) -> None:
-        """Charge each worker the controller dropped as dead to its device."""
+        """Charge each worker the controller dropped as dead to its device; not one lost with
+        its node (`vanished`): the program did not fail there, and the job's replacements are
+        kept for a program that does."""
         assert self.ctl is not None
         records = self.ctl.failures[self.failures_seen :]
         self.failures_seen += len(records)
         for record in records:
             for w in record["dead"]:
-                if w in self.device_of:
+                if self.ctl.procs[w].vanished:
+                    self.lost_with_node += 1
+                elif w in self.device_of:
                     self._failed_on(self.device_of[w]["id"])
 
     def _failed_on(self, device_id: str) -> None:
@@ -321,9 +337,21 @@ class Driver:
             self.status["state"] = "exited"
             return self._exit(0, None)
         failed = {w: c for w, c in codes.items() if c != 0}
+        if failed and all(self.ctl.procs[w].vanished for w in failed):
+            return self._lost(sorted(failed))
         worker = next(iter(failed), None)
         detail = self._log_tail(worker) if worker else ""
         return self._exit(1, f"workers failed {failed}: {detail}".strip())
+
+    def _lost(self, workers: list[str]) -> int:
+        """Every worker the job had left was lost with its node: the program did not fail,
+        the place it ran did. Reported as ``lost`` (exit 1, no ``error``), so the service
+        takes the job back as it does a job whose driver died: it resumes from its newest
+        checkpoint on the GPUs it is given next."""
+        nodes = sorted({str(self.device_of[w].get("node") or "")[:8] for w in workers})
+        self.status["state"] = "lost"
+        self.status["lost"] = f"its workers were lost with their node(s) {', '.join(nodes)}"
+        return self._exit(1, None)
 
     def _checkpoints(self) -> list[str]:
         return [p.name for p in checkpoints(self.dir.checkpoints)]
@@ -342,7 +370,7 @@ class Driver:
         return 1
 
     def _exit(self, code: int, error: str | None) -> int:
-        if self.status["state"] not in ("suspended", "exited"):
+        if self.status["state"] not in ("suspended", "exited", "lost"):
             self.status["state"] = "failed" if code else "exited"
         self.status["exit_code"] = code
         if error:
@@ -357,6 +385,8 @@ class Driver:
             self.status["workers"] = {w: self.device_of[w]["id"] for w in members}
             self.status["pids"] = {w: self.ctl.procs[w].pid for w in members}
             self.status["device_failures"] = dict(self.device_failures)
+            self.status["replacements"] = self.replacements
+            self.status["lost_with_node"] = self.lost_with_node
         self.dir.write_status(self.status)
 
 

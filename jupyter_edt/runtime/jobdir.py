@@ -6,14 +6,18 @@ JSON-lines files that only grow. It needs no port or token, and it outlives a se
 which is how a restarted server finds its running jobs again.
 
 Layout of ``<jobs_dir>/<job id>/``:
-  job.json      the program to run (written once by the server)
+  job.json      the program to run and the job's environment (``env``: every worker gets it,
+                see ``environment.py``), written by the server before each start
   orders.json   ``{"seq": n, "action": "run" | "suspend", "devices": [...]}`` (server); a device
                 is ``{"id", "index", "uuid", "virtual"}``
   status.json   ``{"pid": ..., "state": ..., "elastic": ..., "generation": ...,
                 "workers": {...}}`` (driver): ``state`` is starting, running (its processes
                 are up), suspending, suspended (with ``checkpointed``), exited or failed (with
                 ``error``); ``elastic`` turns true once the workers' runtime has formed its
-                group; ``device_failures``: device id -> workers that failed on it
+                group; ``device_failures``: device id -> workers that failed on it;
+                ``replacements``: workers started on such devices; ``lost_with_node``:
+                workers lost with their node (charged to no device); ``formed``: the newest
+                generation that formed (its size, the survivors' pause, when)
   code/         the submitted code; the working directory of every process
   result/       RESULT_DIR: checkpoints (``checkpoint/ckpt-<global step>.pt``), the final model
   logs/         LOG_DIR: one stdout/stderr pair and one events file per process

@@ -21,7 +21,11 @@ Source = Literal["nvml", "virtual", "ray"]
 
 @dataclass(frozen=True)
 class Device:
-    """One allocatable device. Memory is in bytes, utilisation in percent; None when unknown."""
+    """One allocatable device. Memory is in bytes, utilisation in percent; None when unknown.
+
+    `draining`: its node is announced to leave (Ray's drain, or an administrator's): it is
+    offered to no job, and the jobs on it shrink off it or move; `drain_deadline`: when the
+    node goes (Unix time; None: no deadline said)."""
 
     id: str
     index: int
@@ -32,13 +36,17 @@ class Device:
     memory_total: int | None = None
     memory_used: int | None = None
     utilization: int | None = None
+    draining: bool = False
+    drain_deadline: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 class Inventory(Protocol):
-    """A source of devices. `read` may block (NVML calls), so callers use `snapshot`."""
+    """A source of devices. `read` may block (NVML calls), so callers use `snapshot`.
+
+    One whose nodes can be told to leave (a cluster's) also has ``drain(node, deadline_s)``."""
 
     source: Source
 

@@ -7,13 +7,18 @@ NVML there: where it works, the node's devices are its real GPUs with their UUID
 utilisation; where it does not (logical GPUs, as in a test cluster), they are virtual CPU slots.
 
 A node that joins adds its devices at the next reading; one that leaves or dies takes its
-devices with it, and the allocator takes them from their jobs, as for a GPU that failed.
+devices with it, and the allocator takes them from their jobs, as for a GPU that failed. A node
+that Ray drains (`ray drain-node`, an autoscaler's scale-down or preemption notice, or `drain`
+here) keeps running, its devices marked `draining` with its deadline: the allocator moves its
+jobs off them, and once nothing runs there Ray lets the node go.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
+from dataclasses import replace
 from typing import Any
 
 from .inventory import Device, NvmlInventory, NvmlUnavailable, Source
@@ -59,6 +64,7 @@ class RayInventory:
             )
         self._probe_class = ray.remote(NodeProbe)
         self._probes: dict[str, Any] = {}
+        self._reported: dict[str, list[Device] | None] = {}  # node -> its probe's last reading
 
     def read(self) -> list[Device]:
         import ray
@@ -68,23 +74,46 @@ class RayInventory:
             for n in ray.nodes()
             if n.get("Alive") and n["Resources"].get("GPU", 0) >= 1
         ]
-        for gone in set(self._probes) - {node for node, _, _ in nodes}:
+        draining = self.draining()
+        # A draining node keeps no probe: Ray lets a node go only once nothing runs there.
+        # Its devices keep their last NVML reading meanwhile.
+        probed = {node for node, _, _ in nodes if node not in draining}
+        for gone in set(self._probes) - probed:
             self._drop_probe(gone)
-        pending = {node: self._probe(node).read.remote() for node, _, _ in nodes}
+        for gone in set(self._reported) - {node for node, _, _ in nodes}:
+            del self._reported[gone]
+        pending = {node: self._probe(node).read.remote() for node in probed}
         ready, _ = ray.wait(
             list(pending.values()), num_returns=len(pending), timeout=PROBE_TIMEOUT_S
         )
         devices: list[Device] = []
         for node, count, address in nodes:
-            reported = None
-            if pending[node] in ready:
+            if node in pending and pending[node] in ready:
                 try:
-                    reported = ray.get(pending[node])
+                    self._reported[node] = ray.get(pending[node])
                 except Exception as err:  # the probe died with its node, or failed
                     log.warning("The GPU probe on Ray node %s failed: %s", node, err)
                     self._drop_probe(node)
-            devices += node_devices(node, count, address, reported)
+            found = node_devices(node, count, address, self._reported.get(node))
+            if node in draining:
+                found = [replace(d, draining=True, drain_deadline=draining[node]) for d in found]
+            devices += found
         return devices
+
+    def draining(self) -> dict[str, float | None]:
+        """The nodes Ray is draining, with the deadline each was given (Unix time; None:
+        none). Read from Ray's control store (GCS); nothing when it cannot be read."""
+        from ray._private.state import state
+
+        try:
+            nodes = state.get_draining_nodes()
+        except Exception as err:  # an older Ray, or the GCS unreachable this time
+            log.debug("Ray's draining nodes could not be read: %s", err)
+            return {}
+        return {node: (ms / 1000 if ms else None) for node, ms in nodes.items()}
+
+    def drain(self, node: str, deadline_s: float | None = None) -> None:
+        drain_node(node, deadline_s)
 
     def _probe(self, node: str) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -141,3 +170,23 @@ def node_devices(
         )
         for i in range(count)
     ]
+
+
+def drain_node(node: str, deadline_s: float | None = None) -> None:
+    """Ask Ray to drain `node`, as `ray drain-node --reason=DRAIN_NODE_REASON_PREEMPTION`
+    does (a spot instance's notice): Ray places nothing new there and lets the node go once
+    nothing runs on it. This process must be connected to the cluster. ValueError when Ray
+    refuses."""
+    import ray
+    from ray.core.generated import autoscaler_pb2
+
+    deadline_ms = 0 if deadline_s is None else int((time.time() + deadline_s) * 1000)
+    gcs = ray._raylet.GcsClient(address=ray.get_runtime_context().gcs_address)
+    accepted, why = gcs.drain_node(
+        node,
+        autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+        "drained through jupyter-edt",
+        deadline_ms,
+    )
+    if not accepted:
+        raise ValueError(f"Ray refused to drain node {node}: {why}")

@@ -2,6 +2,7 @@ import type { ClusterInfo, Device } from '../api';
 import {
   clampPercent,
   describeCluster,
+  describeDrain,
   formatBytes,
   formatMemory
 } from '../format';
@@ -103,5 +104,28 @@ describe('describeCluster', () => {
     expect(describeCluster({ source: 'ray', devices: [] })).toBe(
       'No GPUs found'
     );
+  });
+
+  it('counts the nodes that drain', () => {
+    const devices = ['a', 'a', 'b', 'b'].map((node, i) =>
+      device({ id: `${node}:gpu${i}`, index: i, node, draining: node === 'b' })
+    );
+    expect(describeCluster({ source: 'ray', devices })).toBe(
+      '4 GPUs on 2 Ray nodes, 1 node draining'
+    );
+  });
+});
+
+describe('describeDrain', () => {
+  it('says when the node leaves, if a deadline was said', () => {
+    const now = 1_000_000;
+    const at = (deadline: number | null) =>
+      describeDrain(device({ draining: true, drain_deadline: deadline }), now);
+    expect(at(now + 90)).toBe(
+      'Its node leaves in 2 minutes; its jobs move off it and no new job gets it.'
+    );
+    expect(at(now + 30)).toMatch(/^Its node leaves in 30 seconds;/);
+    expect(at(now - 5)).toMatch(/^Its node was due to leave;/);
+    expect(at(null)).toMatch(/^Its node is leaving;/);
   });
 });

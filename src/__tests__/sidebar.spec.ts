@@ -136,6 +136,35 @@ describe('EdtSidebar', () => {
       '2 virtual GPUs (no NVIDIA GPU found)'
     );
     expect(sidebar.node.querySelector('.jp-edt-device-list')).not.toBeNull();
+    expect(sidebar.node.querySelector('.jp-edt-draining-badge')).toBeNull();
+  });
+
+  it("marks a draining node's devices", async () => {
+    const draining = new EdtSidebar({
+      fetchCluster: async () => ({
+        ...CLUSTER,
+        devices: CLUSTER.devices.map(d => ({
+          ...d,
+          draining: true,
+          drain_deadline: Date.now() / 1000 + 600
+        }))
+      }),
+      interval: 20
+    });
+    Widget.attach(draining, document.body);
+    await waitFor(
+      () =>
+        draining.node.querySelectorAll('.jp-edt-draining-badge').length === 2
+    );
+    const row = draining.node.querySelector('.jp-edt-device');
+    expect(row?.getAttribute('data-draining')).toBe('true');
+    expect(
+      row?.querySelector('.jp-edt-draining-badge')?.getAttribute('title')
+    ).toMatch(/^Its node leaves in 10 minutes;/);
+    expect(draining.node.querySelector('.jp-edt-source')?.textContent).toBe(
+      '2 virtual GPUs (no NVIDIA GPU found), 1 node draining'
+    );
+    draining.dispose();
   });
 
   it('does not poll while hidden', async () => {

@@ -79,6 +79,10 @@ export interface Device {
   utilization: number | null;
   /** Whether the device is a virtual one (a CPU worker slot). */
   virtual: boolean;
+  /** Whether its node is announced to leave (a drain): offered to no job. */
+  draining?: boolean;
+  /** When the draining node goes, in seconds since the epoch; null when not said. */
+  drain_deadline?: number | null;
   /** Whether a job holds the device now. */
   held: boolean;
   /** The holding job's id when it is the user's own; null otherwise. */

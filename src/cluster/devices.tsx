@@ -6,7 +6,12 @@ import * as React from 'react';
 
 import type { Device } from '../api';
 import { StreamingChart } from '../charts/chart';
-import { clampPercent, describeCluster, formatMemory } from '../format';
+import {
+  clampPercent,
+  describeCluster,
+  describeDrain,
+  formatMemory
+} from '../format';
 import type { IClusterState } from './model';
 
 /** Utilisation history columns for the chart: times and percentages. */
@@ -102,6 +107,7 @@ export function DeviceRow(props: {
       data-device-id={device.id}
       data-virtual={device.virtual ? 'true' : 'false'}
       data-held={device.held ? 'true' : 'false'}
+      data-draining={device.draining ? 'true' : 'false'}
       title={device.uuid}
     >
       <div className="jp-edt-device-head">
@@ -109,6 +115,14 @@ export function DeviceRow(props: {
         <span className="jp-edt-device-name">{device.name}</span>
         {device.virtual && (
           <span className="jp-edt-virtual-badge">virtual</span>
+        )}
+        {device.draining && (
+          <span
+            className="jp-edt-draining-badge"
+            title={describeDrain(device, Date.now() / 1000)}
+          >
+            draining
+          </span>
         )}
       </div>
       <div className="jp-edt-device-holder jp-edt-muted">

@@ -117,3 +117,60 @@ async def test_authorizer_can_deny_the_edt_resource(jp_fetch):
 async def test_served_under_a_base_url(jp_fetch):
     body = await get_cluster(jp_fetch)
     assert body["source"] in ("nvml", "virtual")
+
+
+ADMIN = {"devices": "virtual", "virtual_gpus": 2, "owner": "ana", "admin_users": ["ana"]}
+
+
+async def drain(jp_fetch, node: str, method: str = "POST", body=None):
+    kwargs = {"body": json.dumps(body if body is not None else {})} if method == "POST" else {}
+    response = await jp_fetch(
+        "edt", "api", "v1", "cluster", "nodes", node, "drain", method=method, **kwargs
+    )
+    return json.loads(response.body)
+
+
+async def refused(jp_fetch, node: str, body=None) -> tuple[int, dict]:
+    with pytest.raises(HTTPClientError) as caught:
+        await drain(jp_fetch, node, body=body)
+    return caught.value.code, json.loads(caught.value.response.body)
+
+
+@pytest.mark.parametrize("edt_config", [ADMIN])
+async def test_an_admin_drains_a_node_and_takes_the_drain_back(jp_fetch):
+    """A drained node's devices show as draining, with the deadline, and are offered to no
+    job until the drain is taken back. The node may be named by the start of its id."""
+    node = (await get_cluster(jp_fetch))["devices"][0]["node"]
+    answer = await drain(jp_fetch, node[:4], body={"deadline_s": 30})
+    assert answer["node"] == node and answer["draining"] is True
+    assert sorted(answer["devices"]) == ["vgpu0", "vgpu1"]
+    devices = (await get_cluster(jp_fetch))["devices"]
+    assert all(d["draining"] for d in devices)
+    assert len({d["drain_deadline"] for d in devices}) == 1
+    assert devices[0]["drain_deadline"] == answer["drain_deadline"] > 0
+    back = await drain(jp_fetch, node, method="DELETE")
+    assert back["draining"] is False and back["drain_deadline"] is None
+    devices = (await get_cluster(jp_fetch))["devices"]
+    assert not any(d["draining"] for d in devices)
+
+
+@pytest.mark.parametrize("edt_config", [ADMIN])
+async def test_a_bad_drain_names_the_problem_and_changes_nothing(jp_fetch):
+    node = (await get_cluster(jp_fetch))["devices"][0]["node"]
+    code, body = await refused(jp_fetch, "no-such-node")
+    assert code == 404 and "no-such-node" in body["message"]
+    code, body = await refused(jp_fetch, node, {"deadline_s": -1})
+    assert (code, body["field"]) == (400, "deadline_s")
+    code, body = await refused(jp_fetch, node, {"deadline_s": "soon"})
+    assert (code, body["field"]) == (400, "deadline_s")
+    code, body = await refused(jp_fetch, node, {"when": 3})
+    assert (code, body["field"]) == (400, "when")
+    assert not any(d["draining"] for d in (await get_cluster(jp_fetch))["devices"])
+
+
+@pytest.mark.parametrize("edt_config", [{**ADMIN, "admin_users": []}])
+async def test_only_an_admin_drains_a_node(jp_fetch):
+    node = (await get_cluster(jp_fetch))["devices"][0]["node"]
+    code, body = await refused(jp_fetch, node)
+    assert code == 403 and "administrator" in body["message"]
+    assert not any(d["draining"] for d in (await get_cluster(jp_fetch))["devices"])

@@ -273,3 +273,17 @@ def test_a_formed_group_says_how_long_its_allocation_waited_once(store):
     assert store.record_formed(job.id, 3, 3, 0.1, now=120.25)["waited_s"] == 0.25
     formed = [e for e in store.events(job_id=job.id) if e["kind"] == "formed"]
     assert [(e["world_size"], e["time"]) for e in formed] == [(2, 103.5), (1, 110.0), (3, 120.25)]
+
+
+def test_the_same_formed_report_again_is_recorded_once(store):
+    """A restarted service reads the driver's last status anew: the group it reports formed is
+    the one already recorded (same generation, same time), and no second event is added. A
+    new driver's first generation (after a resume) is a new group, however numbered."""
+    job = store.create_job("ana", spec(), now=100.0)
+    store.set_state(job.id, JobState.STARTING, "given", now=101.0)
+    first = store.record_formed(job.id, 2, 2, 0.05, now=103.5)
+    assert store.record_formed(job.id, 2, 2, 0.05, now=103.5) == first
+    store.record_formed(job.id, 1, 2, 0.0, now=130.0)  # a resumed job's new driver
+    store.record_formed(job.id, 2, 2, 0.05, now=140.0)
+    formed = [e for e in store.events(job_id=job.id) if e["kind"] == "formed"]
+    assert [(e["generation"], e["time"]) for e in formed] == [(2, 103.5), (1, 130.0), (2, 140.0)]

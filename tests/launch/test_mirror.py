@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_edt.launch.base import ProcessSpec
-from jupyter_edt.launch.mirror import Chunk, Mirror, apply, pack
+from jupyter_edt.launch.mirror import APPEND, Chunk, Mirror, apply, pack
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -66,10 +66,10 @@ def test_what_the_process_writes_reaches_the_job_directory(job, tmp_path):
     events = mirror.root / "logs" / "events-w0.jsonl"
     events.write_text('{"step": 0}\n')
     first = mirror.collect()
-    assert first == [Chunk("logs/events-w0.jsonl", -1, b'{"step": 0}\n')]
+    assert first == [Chunk("logs/events-w0.jsonl", APPEND, b'{"step": 0}\n')]  # a log
     with events.open("a") as f:
         f.write('{"step": 1}\n')
-    assert mirror.collect() == [Chunk("logs/events-w0.jsonl", 12, b'{"step": 1}\n')]
+    assert mirror.collect() == [Chunk("logs/events-w0.jsonl", APPEND, b'{"step": 1}\n')]
     # an atomic save: a new file renamed over the old one, sent whole
     model = mirror.root / "result" / "model" / "final.pth"
     model.parent.mkdir()
@@ -91,7 +91,7 @@ def test_what_the_process_writes_reaches_the_job_directory(job, tmp_path):
     assert Chunk("result/notes.txt", -1, b"xyz and more") in changes
     assert Chunk("result/checkpoint/ckpt-000000008.pt", -1, None) in changes
 
-    appended = [Chunk("logs/events-w0.jsonl", 12, b'{"step": 1}\n')]
+    appended = [Chunk("logs/events-w0.jsonl", APPEND, b'{"step": 1}\n')]
     for chunks in (first, appended, second, changes):
         apply(job, chunks)
     mirrored = {k: v for k, v in tree(mirror.root).items() if not k.startswith("code/")}
@@ -108,3 +108,59 @@ def test_chunks_stay_in_the_written_parts_of_the_job_directory(job, path):
     with pytest.raises(ValueError, match="mirrored path"):
         apply(job, [Chunk(path, -1, b"x")])
     assert (job / "code" / "train.py").read_text() == "print('hi')\n"
+
+
+def test_a_checkpoint_collected_brings_the_records_written_before_it(job, tmp_path):
+    """The process records an epoch, then checkpoints it, while a collection walks the copy
+    (here: right after the walk's first file). Whatever the interleaving, a collection that
+    sends the checkpoint sends the record too: a node lost right after it loses neither."""
+    mirror = Mirror(tmp_path / "node" / "copy", job)
+    mirror.unpack(pack(job))
+    events = mirror.root / "logs" / "events-w0.jsonl"
+    events.write_text('{"type": "step"}\n')
+    mirror.collect()
+    checkpoint = mirror.root / "result" / "checkpoint" / "ckpt-000000012.pt"
+    record = '{"type": "epoch"}\n'
+    walked = mirror._files
+
+    def walk_while_the_process_writes():
+        for i, path in enumerate(walked()):
+            yield path
+            if i == 0:  # the process goes on meanwhile: the record, then the checkpoint
+                with events.open("a") as f:
+                    f.write(record)
+                checkpoint.write_bytes(b"epoch 2")
+
+    mirror._files = walk_while_the_process_writes  # type: ignore[method-assign]
+    record_sent = False
+    for _ in range(2):  # the checkpoint is sent by the first collection or the next
+        chunks = {c.path: c for c in mirror.collect()}
+        sent = chunks.get("logs/events-w0.jsonl")
+        record_sent |= sent is not None and record.encode() in (sent.data or b"")
+        if "result/checkpoint/ckpt-000000012.pt" in chunks:
+            assert record_sent, chunks
+            break
+        mirror._files = walked  # type: ignore[method-assign]
+    else:
+        raise AssertionError("the checkpoint never came back")
+
+
+def test_a_resumed_jobs_copy_adds_its_logs_after_the_earlier_runs(job, tmp_path):
+    """A job resumed on a node (its first run's node died): the new copy starts without the
+    logs, and what its processes write goes after the earlier run's lines, as on one machine
+    where they append to the same files. Results are replaced as before."""
+    earlier = '{"type": "epoch", "epoch": 0}\n'
+    (job / "logs" / "events-w0.jsonl").write_text(earlier)
+    (job / "result" / "log" / "w0").mkdir(parents=True)
+    (job / "result" / "log" / "w0" / "stdout").write_text("run 1\n")
+    mirror = Mirror(tmp_path / "resumed", job)
+    mirror.unpack(pack(job))
+    later = '{"type": "epoch", "epoch": 1}\n'
+    (mirror.root / "logs" / "events-w0.jsonl").write_text(later)
+    (mirror.root / "result" / "log" / "w0").mkdir(parents=True)
+    (mirror.root / "result" / "log" / "w0" / "stdout").write_text("run 2\n")
+    (mirror.root / "result" / "checkpoint" / "ckpt-000000008.pt").write_bytes(b"newest")
+    apply(job, mirror.collect())
+    assert (job / "logs" / "events-w0.jsonl").read_text() == earlier + later
+    assert (job / "result" / "log" / "w0" / "stdout").read_text() == "run 1\nrun 2\n"
+    assert (job / "result" / "checkpoint" / "ckpt-000000008.pt").read_bytes() == b"newest"

@@ -121,7 +121,33 @@ def test_a_node_that_dies_takes_its_processes_with_it(cluster, launcher, restore
     assert handle.returncode is None
     cluster.remove_node(node, allow_graceful=False)
     assert handle.wait_sync(60) == LOST
+    assert handle.vanished  # lost with its node, not ended by its program
     eventually_sync(lambda: process_start_time(handle.pid) is None, "the process died")
+    # nothing is tried on the dead node again: a start there vanishes at once, no keeper made
+    assert not launcher.available(node.node_id)
+    again = launcher.start_sync(
+        spec(tmp_path, "pass", job_id="j4", name="w1", node=node.node_id, devices=["0"])
+    )
+    assert (again.pid, again.returncode, again.vanished) == (-1, LOST, True)
+    assert not keeper_exists("j4/w1")
+
+
+def test_an_abandoned_process_is_lost_at_once_and_killed(cluster, tmp_path):
+    """A controller abandons a worker whose keeper stays silent after its group failed: the
+    handle ends (LOST, vanished) without waiting for an answer, and the keeper is killed, so
+    the process does not run on uncounted if its node was alive after all. Its node is taken
+    for lost by that launcher (a driver's own: the tests' shared one keeps its nodes)."""
+    node = cluster.nodes[0].node_id
+    launcher = RayLauncher(cluster.address, namespace="edt-tests")
+    handle = launcher.start_sync(
+        spec(tmp_path, "import time; time.sleep(600)", job_id="j10", node=node)
+    )
+    assert handle.returncode is None and handle.silent_s < 5
+    handle.abandon()
+    assert (handle.returncode, handle.vanished, handle.silent_s) == (LOST, True, 0.0)
+    eventually_sync(lambda: process_start_time(handle.pid) is None, "the process died")
+    eventually_sync(lambda: not keeper_exists("j10/w0"), "its keeper ended")
+    assert not launcher.available(node)
 
 
 def test_a_process_on_another_node_runs_in_a_copy_and_its_writes_come_back(
