@@ -29,7 +29,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 FRONTEND_SOURCES := $(shell find src style schema -type f 2>/dev/null) package.json tsconfig.json
 
-.PHONY: help install lab test lint test-py test-js test-ui check-extension chromium clean
+.PHONY: help install lab test lint test-py test-js test-ui check-extension chromium clean gpu-wheels
 
 help:
 	@echo "make lab    install into $(VENV), build, and start JupyterLab with jupyter-edt"
@@ -107,3 +107,25 @@ test: lint check-extension test-js test-py test-ui
 
 clean:
 	rm -rf $(VENV) node_modules ui-tests/node_modules lib jupyter_edt/labextension tsconfig.tsbuildinfo
+
+# Wheels for scripts/gpu-check.sh on a GPU machine whose python3 has CUDA torch and nvidia-ml-py
+# but no Jupyter packages and no network (carry $(GPU_WHEELS); the script installs them there
+# offline): what `jupyter edt serve` and bench.latency import beyond torch and numpy (traced
+# from a bench.latency run), at the versions installed here, with their dependencies, for that
+# machine's Python.
+GPU_WHEELS ?= .gpu-wheels
+GPU_PYTHON_VERSION ?= 3.12
+GPU_WHEELS_FOR := tornado traitlets sqlalchemy jupyter_core pyyaml
+GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
+	manylinux2014_x86_64 manylinux1_x86_64
+
+gpu-wheels: install
+	rm -rf $(GPU_WHEELS)
+	mkdir -p $(GPU_WHEELS)
+	$(PY) -c 'import sys; from importlib.metadata import version as v; \
+	  print("\n".join(f"{n}=={v(n)}" for n in sys.argv[1:]))' $(GPU_WHEELS_FOR) \
+	  > $(GPU_WHEELS)/requirements.txt
+	$(PIP) download --quiet --only-binary=:all: --implementation cp \
+	  --python-version $(GPU_PYTHON_VERSION) $(addprefix --platform ,$(GPU_PLATFORMS)) \
+	  -d $(GPU_WHEELS) -r $(GPU_WHEELS)/requirements.txt
+	@ls $(GPU_WHEELS); du -sh $(GPU_WHEELS)

@@ -24,6 +24,15 @@ Prints one JSON object; exits 1 when a check fails (the job directories are then
 ``logs`` in the output), and 2 without CUDA when ``--require-cuda`` is given (so that a GPU
 session whose torch is a CPU build does not pass by accident: see ``torch_cuda``). The same file
 is the workers' program (``--program``).
+
+``--nvml`` checks the NVML inventory instead (what the service's allocator and the sidebar see):
+``open_inventory("auto")`` picks NVML, and each GPU it reads has its UUID, memory and
+utilisation; then a matrix-product loop runs on the first CUDA device for ``--load-s`` seconds
+while the inventory is read every ``READ_EVERY_S``, and the utilisation read must rise
+(``idle`` beside ``load``: the readings, their maximum, the seconds to the first busy reading).
+Without NVML it prints ``{"nvml": false, "status": "no_nvml", "reason": ...}`` and exits 0, or 2
+with ``--require-cuda``; without CUDA (but with NVML) the load is left out, or fails the check
+with ``--require-cuda``. Only the inventory and torch are imported: no Jupyter package.
 """
 
 from __future__ import annotations
@@ -46,6 +55,8 @@ H1, H2, H3 = 4, 10, 18  # holds: first resize, second resize, kill (mid epoch 2)
 TIMEOUT_S = 10.0  # the workers' collective timeout (EDT_TIMEOUT_S)
 WAIT_S = 150.0  # the longest wait for one phase
 TOL_GPU, TOL_CPU = 1e-9, 1e-6
+READ_EVERY_S = 0.2  # how often --nvml reads the inventory under load
+BUSY_PERCENT = 20  # the utilisation under load that counts as risen (with more than idle)
 
 
 def _data(n: int, seed: int) -> Any:
@@ -283,17 +294,163 @@ def run_check(base: Path) -> dict[str, Any]:
     return result
 
 
+def _matmul_load(stop: Any, started: Any, errors: list[str]) -> None:
+    """Matrix products on the first CUDA device until ``stop`` is set (a thread's target)."""
+    import torch
+
+    try:
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        started.set()
+        while not stop.is_set():
+            for _ in range(8):
+                a @ b
+            torch.cuda.synchronize()  # lets go of the GIL: the readings go on meanwhile
+    except Exception as e:  # no memory, a driver error: reported, the check fails
+        errors.append(f"{type(e).__name__}: {e}")
+        started.set()
+
+
+def nvml_check(load_s: float, require_cuda: bool) -> dict[str, Any]:
+    """The NVML inventory's reading of this machine's GPUs, idle and under a matmul load."""
+    import logging
+    import threading
+
+    from jupyter_edt.scheduling.inventory import NvmlInventory, NvmlUnavailable, open_inventory
+
+    try:
+        NvmlInventory().close()
+    except NvmlUnavailable as e:
+        return {"nvml": False, "status": "no_nvml", "reason": str(e), "checks": {}}
+    quiet = logging.getLogger("jupyter_edt.bench.gpu_check.nvml")
+    inventory = open_inventory("auto", 0, quiet)
+    checks: dict[str, bool] = {"auto_picks_nvml": inventory.source == "nvml"}
+    result: dict[str, Any] = {"nvml": True, "source": inventory.source, "checks": checks}
+    try:
+        devices = inventory.read()
+        result["devices"] = [d.to_dict() for d in devices]
+        checks["found_gpu"] = bool(devices) and not any(d.virtual for d in devices)
+        checks["uuids"] = bool(devices) and all(
+            d.uuid.startswith(("GPU-", "MIG-")) for d in devices
+        )
+        checks["memory"] = bool(devices) and all(
+            (d.memory_total or 0) > 0 and d.memory_used is not None for d in devices
+        )
+        checks["utilization_read"] = bool(devices) and all(
+            d.utilization is not None for d in devices
+        )
+        import torch
+
+        if not torch.cuda.is_available():
+            result["load"] = {"skipped": "no CUDA device visible to torch"}
+            if require_cuda:
+                checks["utilization_rises_under_load"] = False
+            return result
+        # the GPU torch calls cuda:0, among those NVML reads (by UUID where torch says it)
+        torch_uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", "") or "")
+        mine = next((d for d in devices if torch_uuid and torch_uuid in d.uuid), None)
+        mine = mine or (devices[0] if devices else None)
+        if mine is None:
+            return result
+
+        def reading() -> dict[str, Any]:
+            now = next((d for d in inventory.read() if d.uuid == mine.uuid), None)
+            return {
+                "utilization": None if now is None else now.utilization,
+                "memory_used": None if now is None else now.memory_used,
+            }
+
+        idle = [reading()]
+        for _ in range(4):
+            time.sleep(READ_EVERY_S)
+            idle.append(reading())
+        stop, started, errors = threading.Event(), threading.Event(), []
+        thread = threading.Thread(target=_matmul_load, args=(stop, started, errors), daemon=True)
+        thread.start()
+        started.wait(60)
+        t0 = time.monotonic()
+        load: list[dict[str, Any]] = []
+        while time.monotonic() - t0 < load_s:
+            time.sleep(READ_EVERY_S)
+            load.append({"t_s": round(time.monotonic() - t0, 2), **reading()})
+        stop.set()
+        thread.join(30)
+        idle_util = max((r["utilization"] or 0) for r in idle)
+        load_util = max((r["utilization"] or 0 for r in load), default=0)
+        busy = [r["t_s"] for r in load if (r["utilization"] or 0) >= BUSY_PERCENT]
+        result["gpu"] = {"id": mine.id, "uuid": mine.uuid, "name": mine.name}
+        result["idle"] = {
+            "max_utilization": idle_util,
+            "memory_used": idle[-1]["memory_used"],
+            "readings": idle,
+        }
+        result["load"] = {
+            "seconds": load_s,
+            "max_utilization": load_util,
+            "first_busy_s": busy[0] if busy else None,
+            "memory_used": max((r["memory_used"] or 0 for r in load), default=0),
+            "readings": load,
+            "errors": errors,
+        }
+        checks["utilization_rises_under_load"] = (
+            not errors and load_util >= BUSY_PERCENT and load_util > idle_util
+        )
+        checks["memory_rises_under_load"] = result["load"]["memory_used"] > (
+            idle[-1]["memory_used"] or 0
+        )
+    finally:
+        inventory.close()
+    return result
+
+
+def _nvml_main(cfg: argparse.Namespace) -> int:
+    t0 = time.monotonic()
+    try:
+        result = nvml_check(cfg.load_s, cfg.require_cuda)
+    except Exception as e:  # NVML errors in the middle of a reading: reported
+        result = {"nvml": True, "checks": {}, "error": f"{type(e).__name__}: {e}"}
+    failed = [k for k, v in result["checks"].items() if not v]
+    result["failed"] = failed
+    if not result["nvml"]:
+        result["ok"] = not cfg.require_cuda
+    else:
+        result["ok"] = not failed and "error" not in result
+        result["status"] = "ok" if result["ok"] else "failed"
+    result["wall_s"] = round(time.monotonic() - t0, 2)
+    _print(result, cfg.json)
+    if not result["nvml"]:
+        return 0 if result["ok"] else 2
+    return 0 if result["ok"] else 1
+
+
+def _print(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result))
+    else:
+        for k, v in result.items():
+            print(f"{k:>26}: {v}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument(
         "--require-cuda", action="store_true", help="exit 2 when no CUDA device is usable"
     )
+    ap.add_argument(
+        "--nvml", action="store_true", help="check the NVML inventory instead (idle, under load)"
+    )
+    ap.add_argument(
+        "--load-s", type=float, default=5.0, help="--nvml: seconds of matmul load (default 5)"
+    )
     ap.add_argument("--program", action="store_true", help=argparse.SUPPRESS)
     cfg = ap.parse_args(argv)
     if cfg.program:
         _fit(build())
         return 0
+    if cfg.nvml:
+        return _nvml_main(cfg)
     t0 = time.monotonic()
     import torch
 
@@ -321,11 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result["logs"] = str(base)
     result["wall_s"] = round(time.monotonic() - t0, 2)
-    if cfg.json:
-        print(json.dumps(result))
-    else:
-        for k, v in result.items():
-            print(f"{k:>26}: {v}")
+    _print(result, cfg.json)
     if not result["cuda"]:
         return 0 if result["ok"] else 2
     return 0 if result["ok"] else 1

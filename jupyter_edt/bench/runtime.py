@@ -1,25 +1,27 @@
-"""Runtime benchmark: ``python -m jupyter_edt.bench.runtime --json [--quick]``.
+"""Runtime benchmark: ``python -m jupyter_edt.bench.runtime --json [--quick] [--workers N]``.
 
 Measures, on CPU with gloo, for a ~10M-parameter MLP trained with Adam (state to move ~120 MB):
 
-- ``overhead_ratio``: samples/s of the elastic runtime at world size 2 divided by samples/s of
-  plain ``DistributedDataParallel`` on the same model, samples per step and threads, A/B in one run.
+- ``overhead_ratio``: samples/s of the elastic runtime at world size ``--workers`` (2 by default)
+  divided by samples/s of plain ``DistributedDataParallel`` on the same model, samples per step
+  (``--batch``, 32 per worker by default) and threads, A/B in one run.
   Both are measured the same way: the median time between the ends of consecutive steps of rank
   0, warm-up steps excluded, in ``--rounds`` alternating rounds (DDP, ours, DDP, ours, ...); the
   ratio is the median of the rounds' ratios, so that a burst of load from other processes on a
   shared machine skews neither side;
-- ``grow_pause_s`` (2 -> 3) and ``shrink_pause_s`` (3 -> 2): time between the last step of the old
-  generation and the new one being formed with its state synced (joiners are already started);
-- ``recovery_s``: SIGKILL of one worker to the next step completed by the survivor;
-- ``equivalence_max_abs_diff``: final parameters of the elastic run (2 -> 3 -> 2 -> kill -> 1)
-  versus a fixed 2-worker run.
+- ``grow_pause_s`` (N -> N+1) and ``shrink_pause_s`` (N+1 -> N), N the world size: time between
+  the last step of the old generation and the new one being formed with its state synced
+  (joiners are already started);
+- ``recovery_s``: SIGKILL of one worker to the next step completed by the survivors;
+- ``equivalence_max_abs_diff``: final parameters of the elastic run (N -> N+1 -> N -> kill ->
+  N-1) versus a fixed N-worker run.
 
 With ``--launcher ray`` it starts a local Ray cluster (2 nodes x 2 logical GPUs) and measures the
 grow, shrink and recovery figures with the workers placed across its two nodes by the Ray
 launcher (``ray_*``), beside the same figures with local processes (``local_*``), in one run;
-the DDP A/B is left out. It also times starting an idle process on each node one after the
-other and together (``ray_two_keepers_one_by_one_s``, ``ray_two_keepers_together_s``; each
-start makes a Ray actor, a Python process of its own).
+the DDP A/B is left out, and the world size is 2. It also times starting an idle process on
+each node one after the other and together (``ray_two_keepers_one_by_one_s``,
+``ray_two_keepers_together_s``; each start makes a Ray actor, a Python process of its own).
 
 The same file is the workers' program (``--program``).
 """
@@ -119,7 +121,9 @@ def _ddp_samples_per_s(cfg: argparse.Namespace) -> float:
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
-    mp.start_processes(_ddp_worker, args=(2, port, cfg, q), nprocs=2, start_method="spawn")
+    mp.start_processes(
+        _ddp_worker, args=(cfg.workers, port, cfg, q), nprocs=cfg.workers, start_method="spawn"
+    )
     return float(q.get())
 
 
@@ -136,7 +140,7 @@ def _runtime_fixed(cfg: argparse.Namespace, out: Path) -> float:
     from jupyter_edt.runtime import LocalController
 
     with LocalController(_job_args(cfg), out, timeout_s=30) as ctl:
-        ctl.start(2)
+        ctl.start(cfg.workers)
         codes = ctl.wait(600)
         if set(codes.values()) != {0}:
             raise RuntimeError(f"fixed run failed: {codes}, see {out}")
@@ -147,8 +151,9 @@ def _runtime_fixed(cfg: argparse.Namespace, out: Path) -> float:
 def _runtime_elastic(
     cfg: argparse.Namespace, out: Path, launcher: Any = None, nodes: tuple[str, str] | None = None
 ) -> dict[str, float]:
-    """2 workers, grow to 3, shrink to 2, SIGKILL one. With `nodes`, the first worker and the
-    joiner run on the first node, the second worker (the one killed) on the other."""
+    """N workers (``--workers``), grow to N+1, shrink to N, SIGKILL one. With `nodes` (N is 2),
+    the first worker and the joiner run on the first node, the second worker (the one killed)
+    on the other."""
     from jupyter_edt.runtime import LocalController
     from jupyter_edt.runtime.control import Placement
 
@@ -161,7 +166,7 @@ def _runtime_elastic(
         where = {"launcher": launcher, "store_host": launcher.reachable_host()}
     with LocalController(_job_args(cfg), out, timeout_s=30, **where) as ctl:
         ctl.hold(h1)
-        ctl.start(2, placements=[on(0), on(1)])
+        ctl.start(cfg.workers, placements=[on(i) for i in range(cfg.workers)])
         ctl.wait_held(h1)
         # the joiner imports and builds its model first
         gen, _ = ctl.resize(ctl.members, [{}], wait=False, placements=[on(0)])
@@ -169,7 +174,7 @@ def _runtime_elastic(
         ctl.release(h1)
         grow = ctl.wait_formed(gen)
         ctl.wait_held(h2)
-        gen = ctl.scale(2, wait=False)
+        gen = ctl.scale(cfg.workers, wait=False)
         ctl.hold(h3)
         ctl.release(h2)
         shrink = ctl.wait_formed(gen)
@@ -199,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a small model, for smoke tests")
     ap.add_argument("--program", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=None)
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument(
+        "--workers", type=int, default=2, help="the world size of the A/B and the elastic run"
+    )
+    ap.add_argument("--batch", type=int, default=None, help="samples per step (32 per worker)")
     ap.add_argument("--micro", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=None)
     ap.add_argument("--n-in", type=int, default=None)
@@ -214,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.program:
         _program(cfg)
         return 0
+    if cfg.workers < 2 or (cfg.launcher == "ray" and cfg.workers != 2):
+        ap.error("--workers must be 2 or more (2 with --launcher ray)")
+    cfg.batch = cfg.batch or 32 * cfg.workers
+    if cfg.batch % cfg.workers:
+        ap.error(f"--batch ({cfg.batch}) must divide among the {cfg.workers} DDP workers")
     cfg.hidden = cfg.hidden or (128 if cfg.quick else 2048)
     cfg.n_in = cfg.n_in or (64 if cfg.quick else 512)
     cfg.steps = cfg.steps or (16 if cfg.quick else 40)
@@ -235,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         diff = max(float((a[k] - b[k]).abs().max()) for k in a)
     result = {
         "params": params,
-        "world_size": 2,
+        "world_size": cfg.workers,
         "samples_per_step": cfg.batch,
         "micro_batch_size": cfg.micro,
         "rounds": cfg.rounds,

@@ -1,0 +1,284 @@
+"""scripts/gpu-check.sh, the GPU check of issue 23: its dry run (every part on the CPU at its
+smallest size) writes each part's JSON and the summary in the shapes a GPU run writes them; its
+helper records failures and timeouts; the NVML part's logic, on a fake NVML and a fake load."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from jupyter_edt.bench import gpu_check
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "gpu-check.sh"
+PARTS = [
+    "nvml",
+    "gpu_check",
+    "runtime_w2",
+    "runtime_w4",
+    "runtime_w8",
+    "models",
+    "server_env",
+    "latency",
+    "restart",
+]
+RECORD_KEYS = {"part", "status", "exit_code", "duration_s", "limit_s", "command", "result"}
+DRY_RUN_BUDGET_S = 400  # the script's own cap, inside this test's timeout
+
+
+def _present(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One dry run for the module's tests; this venv's python is the script's python3."""
+    out = tmp_path_factory.mktemp("gpu-check") / "out"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHON": sys.executable,
+    }
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", "--out", str(out), "--budget", str(DRY_RUN_BUDGET_S)],
+        capture_output=True,
+        text=True,
+        timeout=DRY_RUN_BUDGET_S + 60,
+        env=env,
+        cwd=ROOT,
+    )
+    return done, out
+
+
+@pytest.mark.timeout(DRY_RUN_BUDGET_S + 90)
+def test_dry_run_writes_every_part_and_a_summary_of_them(dry_run) -> None:
+    done, out = dry_run
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mode"] == "dry-run" and summary["ok"] is True and summary["failed"] == []
+    assert list(summary["parts"]) == PARTS == list(summary["records"])
+    assert _number(summary["wall_s"]) and summary["wall_s"] < DRY_RUN_BUDGET_S
+    assert summary["machine"]["cpus"] >= 1
+    parts = {}
+    for name in PARTS:
+        record = json.loads((out / f"{name}.json").read_text())
+        assert record.keys() >= RECORD_KEYS, (name, record)
+        assert record["part"] == name and summary["records"][name] == record
+        assert _number(record["duration_s"]) and record["duration_s"] >= 0, record
+        assert summary["parts"][name]["status"] == record["status"]
+        assert summary["parts"][name]["duration_s"] == record["duration_s"]
+        if record["status"] != "skipped":
+            assert record["exit_code"] == 0 and _number(record["limit_s"]), record
+            assert isinstance(record["result"], dict), record
+            assert (out / "logs" / f"{name}.out").exists()
+        parts[name] = record
+
+    nvml = parts["nvml"]  # a CPU machine has no NVML; one with NVML reads it (no load)
+    assert nvml["status"] in ("no_nvml", "ok"), nvml
+    if nvml["status"] == "no_nvml":
+        assert nvml["result"]["nvml"] is False and nvml["result"]["reason"], nvml
+    else:
+        assert nvml["result"]["checks"]["found_gpu"] is True, nvml
+
+    check = parts["gpu_check"]  # CUDA is hidden in a dry run, and --require-cuda is off
+    assert check["status"] == "ok" and check["result"]["cuda"] is False
+    assert check["result"]["ok"] is True and "--require-cuda" not in check["command"]
+
+    runtime = parts["runtime_w2"]
+    assert runtime["status"] == "ok", runtime
+    figures = runtime["result"]
+    assert figures["world_size"] == 2 and figures["samples_per_step"] == 64
+    for key in ("overhead_ratio", "grow_pause_s", "shrink_pause_s", "recovery_s"):
+        assert _number(figures[key]) and 0 < figures[key] < 60, (key, figures)
+    assert figures["equivalence_max_abs_diff"] == 0.0
+    for n in (4, 8):
+        assert parts[f"runtime_w{n}"]["status"] == "skipped"
+        assert "world size 2 only" in parts[f"runtime_w{n}"]["reason"]
+
+    for name, module in (("models", "models"), ("restart", "restart")):
+        if _present(f"jupyter_edt.bench.{module}"):
+            assert parts[name]["status"] == "ok", parts[name]
+        else:
+            assert parts[name]["status"] == "skipped", parts[name]
+            assert parts[name]["reason"].startswith("not present"), parts[name]
+
+    env = parts["server_env"]  # this venv has the Jupyter-side packages
+    assert env["status"] == "ok" and env["result"]["from"] == "present", env
+
+    latency = parts["latency"]
+    assert latency["status"] == "ok", latency
+    assert latency["result"]["reps"] == 1
+    for figure in (
+        "submit_to_first_step_s",
+        "grow_to_first_step_s",
+        "shrink_to_first_step_s",
+        "replace_to_first_step_s",
+    ):
+        value = latency["result"][f"warm_{figure}"]
+        assert _number(value) and 0 < value < 120, (figure, latency)
+
+
+def test_usage_and_bad_arguments() -> None:
+    shown = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True)
+    assert shown.returncode == 0 and "Usage: bash scripts/gpu-check.sh" in shown.stdout
+    assert "--dry-run" in shown.stdout and "carry" in shown.stdout
+    bad = subprocess.run(["bash", str(SCRIPT), "--nope"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown argument" in bad.stderr
+
+
+# -- the helper: a part's record whatever became of it ------------------------------------------
+
+
+def _helper() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gpu_check_helper", SCRIPT.parent / "gpu_check_helper.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _record(tmp_path: Path, rc: int, stdout: str, stderr: str, took: float, limit: int) -> dict:
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    (logs / "p.out").write_text(stdout)
+    (logs / "p.err").write_text(stderr)
+    argv = ["record", "p", "--out", str(tmp_path), "--rc", str(rc), "--limit", str(limit)]
+    argv += ["--start", str(time.time() - took), "--logs", str(logs), "--command", "cmd x"]
+    assert _helper().main(argv) == 0
+    return json.loads((tmp_path / "p.json").read_text())
+
+
+def test_helper_records_success_failure_and_timeout(tmp_path: Path, capsys) -> None:
+    ok = _record(tmp_path, 0, 'noise\n{"a": 1}\n', "", 2.0, 60)
+    assert ok["status"] == "ok" and ok["result"] == {"a": 1} and ok["command"] == "cmd x"
+    assert 1.9 < ok["duration_s"] < 5 and "stdout_tail" not in ok
+    named = _record(tmp_path, 0, '{"status": "no_nvml"}\n', "", 1.0, 60)
+    assert named["status"] == "no_nvml"
+    silent = _record(tmp_path, 0, "no json here\n", "", 1.0, 60)
+    assert silent["status"] == "failed" and "no JSON" in silent["reason"]
+    failed = _record(tmp_path, 1, "", "Traceback ...\nValueError: boom\n", 1.0, 60)
+    assert failed["status"] == "failed" and failed["exit_code"] == 1
+    assert failed["stderr_tail"].endswith("ValueError: boom\n") and failed["result"] is None
+    late = _record(tmp_path, 124, "", "KeyboardInterrupt\n", 30.2, 30)
+    assert late["status"] == "timeout" and "limit of 30 s" in late["reason"]
+    killed = _record(tmp_path, 137, "", "", 3.0, 30)  # SIGKILLed well before its limit
+    assert killed["status"] == "failed"
+
+    capsys.readouterr()
+    helper = _helper()
+    assert helper.main(["skip", "q", "--out", str(tmp_path), "--reason", "why"]) == 0
+    argv = ["summary", "--out", str(tmp_path), "--parts", "p,q,gone", "--mode", "gpu"]
+    assert helper.main([*argv, "--wall", "12", "--budget", "570"]) == 1  # p failed
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["failed"] == ["p", "gone"] and summary["ok"] is False
+    assert summary["parts"]["q"] == {
+        "status": "skipped",
+        "duration_s": 0.0,
+        "exit_code": None,
+        "reason": "why",
+    }
+    assert summary["parts"]["gone"]["reason"].startswith("no record")
+
+
+# -- the NVML part, on a fake NVML ---------------------------------------------------------------
+
+
+class FakeNvml(ModuleType):
+    """One GPU whose utilisation and memory in use are whatever `busy` says."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self) -> None:
+        super().__init__("pynvml")
+        self.busy = False
+        self.rises = True
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return "GPU-5e1f0c2a-0000-1111-2222-333344445555"
+
+    def nvmlDeviceGetName(self, handle: int) -> str:
+        return "NVIDIA H200"
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
+        used = (40 if self.busy else 1) << 30
+        return SimpleNamespace(total=141 << 30, used=used, free=(141 << 30) - used)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
+        return SimpleNamespace(gpu=97 if self.busy and self.rises else 0, memory=0)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    """NVML reads the fake; torch sees a CUDA device of the same UUID; the matmul load only
+    makes the fake busy until it is told to stop."""
+    import torch
+
+    nvml = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    props = SimpleNamespace(uuid="5e1f0c2a-0000-1111-2222-333344445555")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+
+    def load(stop: threading.Event, started: threading.Event, errors: list[str]) -> None:
+        nvml.busy = True
+        started.set()
+        stop.wait()
+        nvml.busy = False
+
+    monkeypatch.setattr(gpu_check, "_matmul_load", load)
+    monkeypatch.setattr(gpu_check, "READ_EVERY_S", 0.02)
+    return nvml
+
+
+def test_nvml_part_reads_the_gpu_idle_and_under_load(fake_gpu: FakeNvml, capsys) -> None:
+    code = gpu_check.main(["--nvml", "--json", "--require-cuda", "--load-s", "0.3"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["ok"] is True and result["status"] == "ok", result
+    assert result["nvml"] is True and result["source"] == "nvml"
+    assert set(result["checks"]) == {
+        "auto_picks_nvml",
+        "found_gpu",
+        "uuids",
+        "memory",
+        "utilization_read",
+        "utilization_rises_under_load",
+        "memory_rises_under_load",
+    }
+    assert result["gpu"]["uuid"].startswith("GPU-5e1f0c2a")
+    assert result["idle"]["max_utilization"] == 0 and result["load"]["max_utilization"] == 97
+    assert 0 < result["load"]["first_busy_s"] <= 0.3 and result["load"]["errors"] == []
+    assert result["load"]["memory_used"] > result["idle"]["memory_used"]
+    assert result["devices"][0]["memory_total"] == 141 << 30
+
+
+def test_nvml_part_fails_when_the_utilisation_does_not_rise(fake_gpu: FakeNvml, capsys) -> None:
+    fake_gpu.rises = False
+    code = gpu_check.main(["--nvml", "--json", "--load-s", "0.2"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 1 and result["status"] == "failed"
+    assert result["failed"] == ["utilization_rises_under_load"]
