@@ -17,8 +17,8 @@ on a local Ray cluster's 2 nodes x 2 logical GPUs, cold only (processes on Ray n
 `warm_workers` is the local launcher's), and then, per repetition, a job on both nodes through
 the two ways a node leaves:
 
-- `drain_to_off_node_s`: Ray's drain of one of its nodes (as `ray drain-node` with a deadline,
-  a spot instance's notice) to its first step without that node's workers
+- `drain_to_off_node_s`: an administrator's drain of one of its nodes with a deadline (a spot
+  instance's notice; the service tells Ray too) to its first step without that node's workers
 - `node_loss_to_first_step_s`: a crash of one of its nodes (its raylet and processes
   SIGKILLed) to the survivors' first step at the smaller size
 
@@ -103,6 +103,7 @@ class Service:
                 "EDTService.ray_address": ray_address,
                 "EDTService.ray_namespace": "edt-bench-latency",
                 "EDTService.devices": "ray",
+                "EDTService.admin_users": [events.BENCH_USER],  # drains nodes
             }
         )
         self.service = events.Service(
@@ -242,10 +243,6 @@ NODE_FIGURES = ("drain_to_off_node_s", "node_loss_to_first_step_s")
 def node_round(service: Service, cluster: RayCluster) -> dict[str, float]:
     """A job on both nodes; one node drained, then (a fresh node in its place, the job grown
     back) one crashed; the seconds each took to the job's first step without the node."""
-    import ray
-
-    from ..scheduling.ray_inventory import drain_node
-
     job = service.submit("nodes", 4)
     service.first_step(job, 0, lambda s: s["world_size"] == 4, "a step on 4")
     out = {}
@@ -253,8 +250,8 @@ def node_round(service: Service, cluster: RayCluster) -> dict[str, float]:
         node = cluster.nodes[0]
         before = service.steps(job)[-1]["generation"]
         t0 = time.time()
-        if figure == "drain_to_off_node_s":
-            drain_node(node.node_id, deadline_s=60)
+        if figure == "drain_to_off_node_s":  # an administrator's drain, which tells Ray too
+            service.call("POST", f"cluster/nodes/{node.node_id}/drain", {"deadline_s": 60})
         else:
             cluster.remove_node(node, allow_graceful=False)
         step = service.first_step(
@@ -266,7 +263,9 @@ def node_round(service: Service, cluster: RayCluster) -> dict[str, float]:
         out[figure] = step["time"] - t0
         if figure == "drain_to_off_node_s":  # Ray lets it go once nothing runs there
             until(
-                lambda n=node.node_id: not any(x["Alive"] for x in ray.nodes() if x["NodeID"] == n),
+                lambda n=node.node_id: all(
+                    d["node"] != n for d in service.call("GET", "cluster")["devices"]
+                ),
                 "the drained node gone",
             )
             cluster.remove_node(node, allow_graceful=False)
@@ -301,9 +300,6 @@ def _measure(
             try:
                 rounds = [one_round(service) for _ in range(reps)]
                 if cluster is not None:
-                    import ray
-
-                    ray.init(address=ray_address, log_to_driver=False)
                     nodes = [node_round(service, cluster) for _ in range(reps)]
                     rounds = [{**r, **n} for r, n in zip(rounds, nodes, strict=True)]
             finally:
