@@ -19,8 +19,8 @@ the two ways a node leaves:
 
 - `drain_to_off_node_s`: an administrator's drain of one of its nodes with a deadline (a spot
   instance's notice; the service tells Ray too) to its first step without that node's workers
-- `node_loss_to_first_step_s`: a crash of one of its nodes (its raylet and processes
-  SIGKILLed) to the survivors' first step at the smaller size
+- `node_loss_to_first_step_s`: a crash of one of its nodes (its raylet and every process below
+  it SIGKILLed at once) to the survivors' first step at the smaller size
 
 Each node that left is replaced by a fresh one before the next change.
 """
@@ -253,7 +253,7 @@ def node_round(service: Service, cluster: RayCluster) -> dict[str, float]:
         if figure == "drain_to_off_node_s":  # an administrator's drain, which tells Ray too
             service.call("POST", f"cluster/nodes/{node.node_id}/drain", {"deadline_s": 60})
         else:
-            cluster.remove_node(node, allow_graceful=False)
+            cluster.crash(node)
         step = service.first_step(
             job,
             t0,

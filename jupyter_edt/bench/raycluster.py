@@ -51,6 +51,22 @@ class RayCluster:
         self.cluster.remove_node(node, allow_graceful=allow_graceful)
         self.nodes.remove(node)
 
+    def crash(self, node: Any) -> None:
+        """A machine's loss: SIGKILL of the node's raylet and every process below it (Ray's
+        workers, the actors' processes and what they started) at once, as when power fails.
+        (`remove_node` alone kills the raylet and leaves its workers to notice and exit,
+        seconds later: a half-dead node.) Then the node is removed from the cluster's books."""
+        from ray._private import ray_constants
+
+        raylets = node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET, [])
+        doomed = set()
+        for info in raylets:
+            doomed |= _tree(info.process.pid)
+        for pid in doomed:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.remove_node(node, allow_graceful=False)
+
     @staticmethod
     def node_id(node: Any) -> str:
         return node.node_id
@@ -92,6 +108,27 @@ def ray_cluster(nodes: int = 2, gpus_per_node: int = 2) -> Iterator[RayCluster]:
             os.environ.pop("RAY_TMPDIR", None)
         else:
             os.environ["RAY_TMPDIR"] = previous
+
+
+def _tree(root: int) -> set[int]:
+    """`root` and every process below it, from /proc (parent ids)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += children.get(pid, [])
+    return found
 
 
 def _kill_leftovers(tmpdir: str) -> None:

@@ -18,7 +18,10 @@ outlives the service (`lifetime="detached"`), so a restarted service finds a run
 processes again (`adopt`); a worker's belongs to its driver (`detached=False`: Ray ends an
 actor with its owner), so a driver that dies, even one stopped while it was placing a worker,
 leaves no keeper holding a GPU behind it. A keeper that cannot be reached (its node died)
-counts as a process killed by SIGKILL: the job loses that worker, as when a GPU fails.
+counts as a process killed by SIGKILL, lost with its node (`ProcessHandle.vanished`): the job
+loses that worker, and nothing is placed on that node for a while (`RayLauncher.available`).
+How soon a silent keeper counts as lost is the caller's to say as well (`abandon`): a driver's
+controller does it within a second of the worker's group failing (`runtime/control.py`).
 
 `ray` is imported only when a RayLauncher is made: the rest of jupyter-edt needs no Ray.
 """
@@ -138,6 +141,12 @@ class Keeper:
         ray.actor.exit_actor()
 
 
+def _ended_on_purpose(err: Exception) -> bool:
+    """Whether Ray says an actor died because it was told to (`ray.kill`, `exit_actor`)."""
+    said = str(err)
+    return any(why in said for why in ("ray.kill", "exit_actor", "intentionally", "intended"))
+
+
 def _this_node() -> str:
     import ray
 
@@ -172,23 +181,25 @@ class RayProcess(ProcessHandle):
         self._keeper = keeper
         self._launcher = launcher
         self._code: int | None = code
-        self._asked = float("-inf")
+        self._checked = float("-inf")  # when the keeper's answers were last looked at
         self._pending: Any = None  # the poll under way
         self._unanswered_since: float | None = None
         self._lock = threading.Lock()  # a controller's threads both read the exit code
 
     @property
     def returncode(self) -> int | None:
+        """Checked at most every `ASK_EVERY_S` (callers poll every few milliseconds, and each
+        look at Ray costs the cores the job's processes need); between checks, what is known."""
         with self._lock:
-            if self._code is None:
-                self._hear()
+            now = time.monotonic()
+            if self._code is not None or now - self._checked < ASK_EVERY_S:
+                return self._code
+            self._checked = now
+            self._hear()
             if self._code is None and self._pending is None:
-                now = time.monotonic()
-                if now - self._asked >= ASK_EVERY_S:
-                    self._asked = now
-                    if self._unanswered_since is None:
-                        self._unanswered_since = now
-                    self._pending = self._keeper.poll.remote()
+                if self._unanswered_since is None:
+                    self._unanswered_since = now
+                self._pending = self._keeper.poll.remote()
             return self._code
 
     @property
@@ -220,11 +231,11 @@ class RayProcess(ProcessHandle):
             except ActorUnavailableError:
                 pass  # not reached this time (a busy or a dead node): asked again
             except RayActorError as err:  # ActorDiedError: its process, or its node, died
-                # Ray declares a crashed node's actors dead once it declares the node dead;
-                # a keeper that died alone (killed, or ended by another handle) leaves the
-                # node usable
-                node_lost = self._launcher is not None and self._launcher.node_dead(
-                    self.node, fresh=True
+                # a keeper ended on purpose (killed, or finished through another handle of
+                # the same process) leaves its node usable; any other death is its node's,
+                # which Ray's node table may not show yet
+                node_lost = not _ended_on_purpose(err) or (
+                    self._launcher is not None and self._launcher.node_dead(self.node, fresh=True)
                 )
                 self._lose(f"its keeper died: {type(err).__name__}", node_lost=node_lost)
                 return

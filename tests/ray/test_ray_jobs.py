@@ -250,7 +250,7 @@ def test_a_node_that_dies_mid_run_leaves_the_job_on_the_other_node(cluster, serv
     )
     lost = cluster.nodes[1]
     crashed = time.time()
-    cluster.remove_node(lost, allow_graceful=False)  # a crash
+    cluster.crash(lost)  # the raylet and every process below it SIGKILLed
     survivors = wait_job(
         service,
         job["id"],
@@ -271,7 +271,7 @@ def test_a_node_that_dies_mid_run_leaves_the_job_on_the_other_node(cluster, serv
     formed = [e for e in events_of(service, job["id"], {"formed"}) if e["time"] > crashed]
     assert formed and formed[0]["world_size"] == 2, formed
     first = next(m for m in steps if m["time"] > crashed and m["world_size"] == 2)
-    assert crashed < formed[0]["time"] <= first["time"]
+    assert first["generation"] == formed[0]["generation"]  # the group formed after the crash
     print(f"node crash to the first step at 2 workers: {first['time'] - crashed:.2f} s")
     # No replacement was tried on the dead node, and the loss was charged to no device.
     jobdir = service.root / "jobs" / job["id"]
@@ -293,7 +293,7 @@ def test_a_job_whose_only_node_dies_resumes_from_its_checkpoint_elsewhere(
         service,
         "POST",
         "jobs",
-        {"code": program(4, samples=48, delay=0.05), "max_gpus": 2, "name": "whole-node"},
+        {"code": program(3, samples=48, delay=0.05), "max_gpus": 2, "name": "whole-node"},
     )
     running = wait_job(
         service, job["id"], "the job elastic on 2 GPUs", lambda j: elastic(j) and j["devices"]
@@ -308,7 +308,7 @@ def test_a_job_whose_only_node_dies_resumes_from_its_checkpoint_elsewhere(
         "its first checkpoint",
     )
     lost = next(n for n in cluster.nodes if n.node_id == node_id)
-    cluster.remove_node(lost, allow_graceful=False)  # a crash
+    cluster.crash(lost)  # the raylet and every process below it SIGKILLed
     done = finished(service, job["id"])
     assert done["state"] == "SUCCEEDED", said(service, done["id"])
     assert done["restarts"] == 1, said(service, done["id"])
@@ -319,7 +319,7 @@ def test_a_job_whose_only_node_dies_resumes_from_its_checkpoint_elsewhere(
         for m in api(service, "GET", f"jobs/{job['id']}/metrics")["metrics"]
         if m.get("type") == "epoch"
     }
-    assert epochs == {0, 1, 2, 3}
+    assert epochs == {0, 1, 2}  # the resumed run's records came back after the first's
 
 
 # still running while another job comes and goes (about 30 s)
@@ -349,9 +349,13 @@ def on_4_workers(service, job_id: str) -> dict[str, tuple[int, str]]:
     )
 
 
-def assert_equals_reference(service, job_id: str, tmp_path) -> None:
-    """The job's final float64 parameters equal an uninterrupted 1-worker run of ELASTIC."""
-    theirs = reference_model(ELASTIC, tmp_path)
+# long enough for a drain after it runs on 4 (about 10 s there, 20 s on 2)
+DRAINED = exact_program(6, 4, work_s=0.3, checkpoint_every=0)
+
+
+def assert_equals_reference(service, job_id: str, tmp_path, code: str = ELASTIC) -> None:
+    """The job's final float64 parameters equal an uninterrupted 1-worker run of `code`."""
+    theirs = reference_model(code, tmp_path)
     ours = torch.load(service.root / "jobs" / job_id / "result" / FINAL_MODEL)
     assert ours.keys() == theirs.keys()
     for name in ours:
@@ -406,7 +410,7 @@ def test_a_drained_node_is_emptied_in_place_with_no_step_lost(cluster, service, 
     show as draining and are offered to nobody; the job's workers there leave at a step
     boundary while the others train on (the very same processes); Ray lets the node go once
     nothing runs there. No step is lost: the result equals an uninterrupted 1-worker run."""
-    big = api(service, "POST", "jobs", {"code": ELASTIC, "max_gpus": 4, "name": "drained"})
+    big = api(service, "POST", "jobs", {"code": DRAINED, "max_gpus": 4, "name": "drained"})
     before = on_4_workers(service, big["id"])
     leaving, staying = cluster.nodes[1], cluster.nodes[0]
     asked = time.time()
@@ -443,4 +447,4 @@ def test_a_drained_node_is_emptied_in_place_with_no_step_lost(cluster, service, 
         if m.get("type") == "step"
     ]
     assert sorted(steps) == list(range(len(steps)))  # every step once: none lost
-    assert_equals_reference(service, big["id"], tmp_path)
+    assert_equals_reference(service, big["id"], tmp_path, DRAINED)
