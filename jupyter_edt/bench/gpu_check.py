@@ -38,7 +38,6 @@ with ``--require-cuda``. Only the inventory and torch are imported: no Jupyter p
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -47,6 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from jupyter_edt.bench import print_result
 
 N_TRAIN, N_TEST, N_IN = 192, 48, 8
 BATCH, MICRO, EPOCHS = 24, 4, 3  # 8 steps an epoch, 6 micro-batches a step
@@ -418,18 +419,10 @@ def _nvml_main(cfg: argparse.Namespace) -> int:
         result["ok"] = not failed and "error" not in result
         result["status"] = "ok" if result["ok"] else "failed"
     result["wall_s"] = round(time.monotonic() - t0, 2)
-    _print(result, cfg.json)
+    print_result(result, cfg.json)
     if not result["nvml"]:
         return 0 if result["ok"] else 2
     return 0 if result["ok"] else 1
-
-
-def _print(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(result))
-    else:
-        for k, v in result.items():
-            print(f"{k:>26}: {v}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -478,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result["logs"] = str(base)
     result["wall_s"] = round(time.monotonic() - t0, 2)
-    _print(result, cfg.json)
+    print_result(result, cfg.json)
     if not result["cuda"]:
         return 0 if result["ok"] else 2
     return 0 if result["ok"] else 1

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -42,6 +41,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
+
+from jupyter_edt.bench import print_result
 
 WARMUP = 3
 
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     params = sum(p.numel() for p in _model(cfg.n_in, cfg.hidden).parameters())
     if cfg.launcher == "ray":
         result = {"params": params, **_across_ray_nodes(cfg)}
-        _print(result, cfg.json)
+        print_result(result, cfg.json)
         return 0
     with tempfile.TemporaryDirectory(prefix="edt-bench-") as tmp:
         base = Path(tmp)
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         **elastic,
         "equivalence_max_abs_diff": diff,
     }
-    _print(result, cfg.json)
+    print_result(result, cfg.json)
     return 0
 
 
@@ -330,14 +331,6 @@ def _keeper_starts(
         **{f"ray_two_keepers_{m}_s": statistics.median(t) for m, t in times.items()},
         **{f"ray_two_keepers_{m}_s_values": t for m, t in times.items()},
     }
-
-
-def _print(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(result))
-    else:
-        for k, v in result.items():
-            print(f"{k:>26}: {v}")
 
 
 if __name__ == "__main__":
