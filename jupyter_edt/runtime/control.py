@@ -439,8 +439,7 @@ class LocalController:
             more = [
                 w
                 for w, quiet in silence.items()
-                if w not in lost
-                and (quiet > LOST_SILENCE_S or (gone and self.procs[w].spec.node in gone))
+                if w not in lost and (quiet > LOST_SILENCE_S or self.procs[w].spec.node in gone)
             ]
             if not more:
                 break

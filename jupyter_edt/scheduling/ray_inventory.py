@@ -113,7 +113,22 @@ class RayInventory:
         return {node: (ms / 1000 if ms else None) for node, ms in nodes.items()}
 
     def drain(self, node: str, deadline_s: float | None = None) -> None:
-        drain_node(node, deadline_s)
+        """Ask Ray to drain `node`, as `ray drain-node --reason=DRAIN_NODE_REASON_PREEMPTION`
+        does (a spot instance's notice): Ray places nothing new there and lets the node go once
+        nothing runs on it. ValueError when Ray refuses."""
+        import ray
+        from ray.core.generated import autoscaler_pb2
+
+        deadline_ms = 0 if deadline_s is None else int((time.time() + deadline_s) * 1000)
+        gcs = ray._raylet.GcsClient(address=ray.get_runtime_context().gcs_address)
+        accepted, why = gcs.drain_node(
+            node,
+            autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+            "drained through jupyter-edt",
+            deadline_ms,
+        )
+        if not accepted:
+            raise ValueError(f"Ray refused to drain node {node}: {why}")
 
     def _probe(self, node: str) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -170,23 +185,3 @@ def node_devices(
         )
         for i in range(count)
     ]
-
-
-def drain_node(node: str, deadline_s: float | None = None) -> None:
-    """Ask Ray to drain `node`, as `ray drain-node --reason=DRAIN_NODE_REASON_PREEMPTION`
-    does (a spot instance's notice): Ray places nothing new there and lets the node go once
-    nothing runs on it. This process must be connected to the cluster. ValueError when Ray
-    refuses."""
-    import ray
-    from ray.core.generated import autoscaler_pb2
-
-    deadline_ms = 0 if deadline_s is None else int((time.time() + deadline_s) * 1000)
-    gcs = ray._raylet.GcsClient(address=ray.get_runtime_context().gcs_address)
-    accepted, why = gcs.drain_node(
-        node,
-        autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
-        "drained through jupyter-edt",
-        deadline_ms,
-    )
-    if not accepted:
-        raise ValueError(f"Ray refused to drain node {node}: {why}")
