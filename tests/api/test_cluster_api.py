@@ -165,6 +165,8 @@ async def test_a_bad_drain_names_the_problem_and_changes_nothing(jp_fetch):
     assert (code, body["field"]) == (400, "deadline_s")
     code, body = await refused(jp_fetch, node, {"when": 3})
     assert (code, body["field"]) == (400, "when")
+    code, body = await refused(jp_fetch, node, [30])
+    assert (code, body["field"]) == (400, "body")
     assert not any(d["draining"] for d in (await get_cluster(jp_fetch))["devices"])
 
 
