@@ -139,6 +139,29 @@ class JobHost(LoggingConfigurable):
         unless a waiting job needs GPUs to start.""",
     )
 
+    restart_interval = Float(
+        60.0,
+        config=True,
+        help="""Seconds a restart job (a torchrun program, resized by restarting every worker)
+        keeps its GPU count after a resize before it is resized again, unless a waiting job
+        needs its GPUs to start.""",
+    )
+
+    restart_cost = Float(
+        30.0,
+        config=True,
+        help="""Seconds a restart of every worker is assumed to cost a restart job (decision to
+        first step) until its own restarts have been measured: it is grown only when the time
+        saved pays for that.""",
+    )
+
+    restart_grace = Float(
+        30.0,
+        config=True,
+        help="""Seconds a restart or rigid job's workers have after SIGTERM (a resize, a
+        suspension) to checkpoint and exit before they are killed, as torchrun gives them.""",
+    )
+
     metrics_cap = Int(
         10_000,
         config=True,
@@ -349,6 +372,8 @@ class JobHost(LoggingConfigurable):
             groups=self.user_groups,
             max_restarts=self.max_restarts,
             admit_user=self.account_of(),
+            restart_interval=self.restart_interval,
+            restart_cost=self.restart_cost,
         )
         return self.job_service
 
@@ -396,6 +421,8 @@ class JobHost(LoggingConfigurable):
             driver_module=self.driver_module,
             plugins=[WMLAPlugin(Path(self.jobs_dir) / ".fabric")],  # WMLA programs run as-is
             accounts=None if account_of is None else lambda job: account_of(job.user),
+            restart_grace=self.restart_grace,
+            max_restarts=self.max_restarts,
         )
 
     async def start_job_service(self) -> None:

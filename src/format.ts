@@ -1,4 +1,10 @@
-import type { ClusterInfo, Device } from './api';
+import {
+  jobKind,
+  type ClusterInfo,
+  type Device,
+  type IJobInfo,
+  type JobKind
+} from './api';
 
 const BYTE_UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
 
@@ -92,4 +98,59 @@ function formatSeconds(seconds: number): string {
   }
   const minutes = Math.round(seconds / 60);
   return plural(minutes, 'minute');
+}
+
+/**
+ * Each kind in words, written once for the tags and the submit dialog: what a
+ * resize does to such a job, and what program it takes.
+ */
+export const KIND_TEXT: Readonly<
+  Record<JobKind, { resize: string; program: string }>
+> = {
+  elastic: {
+    resize: 'resized in place at a step boundary',
+    program: "a program that trains with the elastic runtime's Trainer"
+  },
+  restart: {
+    resize: 'resized by a graceful restart from a checkpoint',
+    program: 'a torchrun-compatible program (e.g. Hugging Face, Lightning)'
+  },
+  rigid: {
+    resize: 'runs at a fixed size',
+    program: 'a torchrun-compatible program'
+  }
+};
+
+/** A job's kind tag: its label, its tooltip, and whether it runs at a fixed size. */
+export interface IKindTag {
+  kind: JobKind;
+  /** The kind, and "↻N" when its driver died N times and it was requeued. */
+  label: string;
+  title: string;
+  /** An elastic job running at a fixed size: its program does not use the runtime. */
+  fixed: boolean;
+}
+
+/**
+ * What a job's kind tag says, on every surface (sidebar row, job tab, notebook
+ * widget): the kind, what a resize does to it and, for an elastic job RUNNING
+ * without the elastic runtime, that it runs at a fixed size.
+ */
+export function describeKind(
+  job: Pick<IJobInfo, 'spec' | 'state' | 'elastic' | 'restarts'>
+): IKindTag {
+  const kind = jobKind(job);
+  const fixed = kind === 'elastic' && job.state === 'RUNNING' && !job.elastic;
+  const name = kind.charAt(0).toUpperCase() + kind.slice(1);
+  let title = `${name}: ${KIND_TEXT[kind].resize}.`;
+  if (fixed) {
+    title +=
+      ' Its program does not use the elastic runtime (or has not started it ' +
+      'yet): it runs at a fixed size.';
+  }
+  if (job.restarts > 0) {
+    title += ` Restarted ${plural(job.restarts, 'time')} from its checkpoint after its driver died.`;
+  }
+  const label = job.restarts > 0 ? `${kind} ↻${job.restarts}` : kind;
+  return { kind, label, title, fixed };
 }

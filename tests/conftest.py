@@ -116,6 +116,13 @@ def jp_server_config(request, edt_config: dict, jobs_dir: Path, tmp_path) -> dic
 
 
 @pytest.fixture
+def edt_app(jp_serverapp):
+    """The live server's jupyter_edt extension: its job service, store and device monitor."""
+    (app,) = jp_serverapp.extension_manager.extension_apps["jupyter_edt"]
+    return app
+
+
+@pytest.fixture
 def server_url(http_server, jp_http_port, jp_base_url) -> str:
     """The live server's base URL (`http_server` makes the app serve on `jp_http_port`)."""
     return f"http://127.0.0.1:{jp_http_port}{jp_base_url}"

@@ -137,3 +137,101 @@ def reference_model(code: str, tmp_path: Path) -> dict:
         timeout=DEADLINE_S,
     )
     return torch.load(reference / FINAL_MODEL)
+
+
+#: What a torchrun program reads of its environment; `ddp_program` records it per start.
+TORCHRUN_NAMES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+)
+
+
+def ddp_program(
+    *,
+    samples: int = 64,
+    batch: int = 4,
+    hold: Path | None = None,
+    ignore_sigterm: bool = False,
+    fail: bool = False,
+) -> str:
+    """An unmodified torchrun DDP program: `init_process_group` from the environment, a
+    `DistributedSampler`, `DistributedDataParallel`, a checkpoint from rank 0. Each rank
+    writes ``start<restart count>-rank<rank>.json`` into RESULT_DIR as soon as its group has
+    formed (its torchrun variables, its node, the samples it read, so far and at the end).
+    `hold`: the ranks train epoch after epoch until that file exists (they agree on it each
+    step), so a test can resize or stop the job meanwhile. `ignore_sigterm`: it ignores
+    SIGTERM, as a program may. `fail`: it fails at every start, with its own error."""
+    held = None if hold is None else str(hold)
+    return textwrap.dedent(
+        f"""
+        import json, os, signal, socket
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+        if {ignore_sigterm!r}:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if {fail!r}:
+            raise RuntimeError("the training data has no labels")
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        out = os.environ["RESULT_DIR"]
+        names = {TORCHRUN_NAMES!r}
+        record = {{"env": {{k: os.environ.get(k) for k in names}}, "rank": rank,
+                   "world": world, "host": socket.gethostname(),
+                   "worker": os.environ.get("EDT_WORKER_ID"), "seen": [], "done": False}}
+        count = os.environ["TORCHELASTIC_RESTART_COUNT"]
+        path = os.path.join(out, f"start{{count}}-rank{{rank}}.json")
+
+        def write():
+            with open(path + ".tmp", "w") as f:
+                json.dump(record, f)
+            os.replace(path + ".tmp", path)
+
+        write()
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn({samples}, 4, generator=g)
+        data = TensorDataset(torch.arange({samples}), x, x.sum(1, keepdim=True))
+        sampler = DistributedSampler(data, shuffle=False)
+        loader = DataLoader(data, batch_size={batch}, sampler=sampler)
+        torch.manual_seed(0)
+        model = DDP(torch.nn.Linear(4, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        epoch = 0
+        while True:
+            sampler.set_epoch(epoch)
+            for index, xb, yb in loader:
+                if epoch == 0:
+                    record["seen"] += index.tolist()
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(xb), yb).backward()
+                opt.step()
+            epoch += 1
+            go_on = torch.tensor([{held!r} is not None and not os.path.exists({held!r} or "")])
+            dist.all_reduce(go_on, op=dist.ReduceOp.MIN)
+            write()
+            if not go_on.item():
+                break
+        if rank == 0:
+            torch.save(model.module.state_dict(), os.path.join(out, "ddp.pt"))
+        record["done"] = True
+        write()
+        dist.destroy_process_group()
+        """
+    )

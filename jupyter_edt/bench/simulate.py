@@ -21,6 +21,25 @@ paper on every workload) and our policies are compared on the same footing:
   ``shrink_pause_s`` ~0.04 s on a CPU with gloo; 0.5 s leaves room for NCCL communicators and
   larger models' state transfer.
 
+Kinds of job (``--mix elastic=0.5,restart=0.3,rigid=0.2``; default: every job elastic). Each
+job of the workload gets a kind, the shares exact up to one job, which jobs get which drawn by
+``--seed``. As in the job service:
+- ``elastic`` jobs are resized in place, at ``--rescale-cost`` per change, as above.
+- ``restart`` jobs (torchrun programs) are resized by restarting all their workers: every
+  change of a running job's devices costs ``--restart-cost`` (default 10 s) without progress.
+  They run only at GPU counts that divide their batch (each worker an equal share; the
+  service's `JobDemand.sizes`), and the policy is told the cost (`JobDemand.restart_cost_s`)
+  and the ``--restart-interval`` (default 60 s, the service's). 10 s: the issue's target for a
+  restart from the decision to the first step at the new size is 3 s with warm processes on a
+  2-core machine, this repository's cold in-place grow measured 4 to 9 s (README), and a cold
+  torchrun restart with CUDA and NCCL set-up and a checkpoint round trip takes about a minute;
+  10 s is a warm restart of a real model on GPUs, state saved and loaded included. Run with
+  ``--restart-cost 60`` for torchrun's.
+- ``rigid`` jobs run at exactly their ``num_replicas``, never resized.
+Starting or resuming a job of any kind costs ``--start-cost``. The baselines restart every job
+alike, whatever its kind. ``--json`` reports job completion times per kind (``by_kind``) beside
+the overall ones; the same seed gives the same jobs each kind under every policy.
+
 Policies:
 - ``tiresias``: the published baseline (two-queue discretised LAS, 16 GPU-hour threshold,
   each job exactly its ``num_replicas`` or nothing). Calibration only.
@@ -48,6 +67,7 @@ import argparse
 import csv
 import json
 import math
+import random
 import sys
 import time
 from collections.abc import Sequence
@@ -73,9 +93,16 @@ PUBLISHED_RESTART_S = 30.0
 #: Default pause of an in-place rescale; see the module docstring for the measurement.
 DEFAULT_RESCALE_S = 0.5
 DEFAULT_START_S = 30.0
+#: Default cost of a restart job's resize; see the module docstring for the reasoning.
+DEFAULT_RESTART_KIND_S = 10.0
+#: The job service's default `restart_interval` (seconds between a restart job's resizes).
+DEFAULT_RESTART_INTERVAL_S = 60.0
+KINDS = ("elastic", "restart", "rigid")
 TIRESIAS_THRESHOLD_GPU_S = 16 * 3600
 LAST_TICK_S = 90 * 24 * 3600  # a policy that starves a job forever fails instead of spinning
 SIM_POLICIES = ("static", "tiresias", *POLICY_NAMES)
+#: Policies that checkpoint-restart every job (calibration against the published figures).
+BASELINES = ("static", "tiresias")
 #: Published average JCT (s) per workload at 1.0x load (Pollux paper; data README).
 PUBLISHED = {
     "tiresias": [2473.7, 5145.0, 3876.3, 3280.3, 3501.0, 3469.7, 5479.9, 5079.7],
@@ -94,6 +121,7 @@ class SimJob:
     replicas: int
     batch: int
     max_gpus: int
+    kind: str = "elastic"  # one of KINDS
     progress: float = 0.0
     epoch: int = 0  # completed epochs
     alloc: tuple = ()  # device ids (our policies) or node per GPU (tiresias)
@@ -268,10 +296,22 @@ class Options:
     gpus_per_node: int = 4
     rescale_cost: float = DEFAULT_RESCALE_S
     start_cost: float = DEFAULT_START_S
-    restart_cost: float = PUBLISHED_RESTART_S
+    #: Seconds lost per restart: every (re)start under `tiresias` and `static` (None: the
+    #: published 30 s), every resize of a restart job under our policies (None: 10 s).
+    restart_cost: float | None = None
     max_gpus: str = "auto"
     min_rescale_interval: float = 30.0
     data: str | None = None
+    #: Share of each kind of job (`KINDS`); None: every job elastic.
+    mix: dict[str, float] | None = None
+    seed: int = 0
+    restart_interval: float = DEFAULT_RESTART_INTERVAL_S
+
+    def restart_s(self) -> float:
+        """The restart cost in force for this policy (see `restart_cost`)."""
+        if self.restart_cost is not None:
+            return self.restart_cost
+        return PUBLISHED_RESTART_S if self.policy in BASELINES else DEFAULT_RESTART_KIND_S
 
 
 def simulate(workload: str | Path, opts: Options) -> dict[str, Any]:
@@ -282,6 +322,8 @@ def simulate(workload: str | Path, opts: Options) -> dict[str, Any]:
     for job in jobs:  # on a smaller cluster than the workload's, a job asks for all of it
         job.replicas = min(job.replicas, size)
         job.max_gpus = min(job.max_gpus, size)
+    for job, kind in zip(jobs, assign_kinds(len(jobs), opts.mix, opts.seed), strict=True):
+        job.kind = kind
     slots = [
         DeviceSlot(f"n{n:02d}g{g}", f"n{n:02d}")
         for n in range(opts.nodes)
@@ -308,25 +350,71 @@ def simulate(workload: str | Path, opts: Options) -> dict[str, Any]:
             calls += 1
             for job in active:
                 alloc = tuple(nodes[job.name])
-                job.assign(alloc, _runs(alloc), now, opts.restart_cost)
+                job.assign(alloc, _runs(alloc), now, opts.restart_s())
             continue
         result = allocate(
-            _demands(active, opts.policy),
+            _demands(active, opts),
             slots,
             _policy(opts.policy),
             now=now,
             min_rescale_interval=opts.min_rescale_interval,
+            restart_interval=opts.restart_interval,
         )
         allocate_s += time.perf_counter() - started
         calls += 1
         for job in active:
             alloc = tuple(result[job.name])
-            if opts.policy == "static":
-                cost = opts.restart_cost
-            else:
-                cost = opts.rescale_cost if job.alloc else opts.start_cost
+            cost = change_cost(job, opts)
             job.assign(alloc, _runs(tuple(node_of[d] for d in alloc)), now, cost)
     return _summary(jobs, opts, workload, allocate_s, calls)
+
+
+def change_cost(job: SimJob, opts: Options) -> float:
+    """Seconds without progress that a change of `job`'s devices costs it: a restart under the
+    baselines; under our policies a start (or resume), else the resize of its kind."""
+    if opts.policy in BASELINES:
+        return opts.restart_s()
+    if not job.alloc:
+        return opts.start_cost
+    return opts.restart_s() if job.kind == "restart" else opts.rescale_cost
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """``elastic=0.5,restart=0.3,rigid=0.2`` as shares of `KINDS` summing to 1."""
+    mix: dict[str, float] = {}
+    for part in text.split(","):
+        kind, _, share = part.partition("=")
+        kind = kind.strip()
+        if kind not in KINDS:
+            raise ValueError(f"--mix: kinds are {', '.join(KINDS)}, got {kind!r}.")
+        try:
+            mix[kind] = float(share)
+        except ValueError:
+            raise ValueError(
+                f"--mix: the share of {kind} must be a number, got {share!r}."
+            ) from None
+        if not mix[kind] >= 0:
+            raise ValueError(f"--mix: the share of {kind} must be 0 or more, got {share}.")
+    total = sum(mix.values())
+    if not total > 0:
+        raise ValueError("--mix: the shares must not all be 0.")
+    return {k: v / total for k, v in mix.items()}
+
+
+def assign_kinds(count: int, mix: dict[str, float] | None, seed: int) -> list[str]:
+    """A kind for each of `count` jobs: each kind's share of `mix` exact up to one job (largest
+    remainders, ties in `KINDS` order), which job gets which shuffled by `seed`, so that every
+    policy sees the same jobs of each kind."""
+    if not mix:
+        return ["elastic"] * count
+    exact = {k: mix.get(k, 0.0) * count for k in KINDS}
+    counts = {k: math.floor(v) for k, v in exact.items()}
+    short = count - sum(counts.values())
+    for k in sorted(KINDS, key=lambda k: counts[k] - exact[k])[:short]:
+        counts[k] += 1
+    kinds = [k for k in KINDS for _ in range(counts[k])]
+    random.Random(seed).shuffle(kinds)
+    return kinds
 
 
 def max_gpus_rule(policy: str, max_gpus: str) -> str:
@@ -342,8 +430,8 @@ def _policy(name: str) -> PolicyName:
     return "fair-share" if name == "static" else name  # type: ignore[return-value]
 
 
-def _demands(active: Sequence[SimJob], policy: str) -> list[JobDemand]:
-    if policy == "static":
+def _demands(active: Sequence[SimJob], opts: Options) -> list[JobDemand]:
+    if opts.policy == "static":
         return [
             JobDemand(
                 id=j.name,
@@ -355,20 +443,31 @@ def _demands(active: Sequence[SimJob], policy: str) -> list[JobDemand]:
             )
             for j in active
         ]
-    return [
-        JobDemand(
-            id=j.name,
-            user=j.name,
-            min_gpus=1,
-            max_gpus=j.max_gpus,
-            submitted=j.submitted,
-            current=j.alloc,
-            last_rescale=j.last_change,
-            remaining_steps=j.remaining_steps(),
-            throughput=dict(j.measured),
-        )
-        for j in active
-    ]
+    return [_demand(j, opts) for j in active]
+
+
+def _demand(job: SimJob, opts: Options) -> JobDemand:
+    """What the job service would tell the policy of `job`, by its kind."""
+    low, high = 1, job.max_gpus
+    sizes = None
+    if job.kind == "rigid":
+        low = high = job.replicas
+    elif job.kind == "restart":
+        sizes = tuple(n for n in range(1, high + 1) if job.batch % n == 0)
+    return JobDemand(
+        id=job.name,
+        user=job.name,
+        min_gpus=low,
+        max_gpus=high,
+        submitted=job.submitted,
+        current=job.alloc,
+        last_rescale=job.last_change,
+        remaining_steps=job.remaining_steps(),
+        throughput=dict(job.measured),
+        rigid=job.kind == "rigid",
+        restart_cost_s=opts.restart_s() if job.kind == "restart" else None,
+        sizes=sizes,
+    )
 
 
 def _runs(nodes: Sequence[int]) -> tuple[int, ...]:
@@ -396,6 +495,20 @@ def _summary(
 ) -> dict[str, Any]:
     jcts = [j.completed - j.submitted for j in jobs if j.completed is not None]
     makespan = max(j.completed for j in jobs if j.completed is not None)
+    by_kind = {}
+    for kind in KINDS:
+        mine = [j for j in jobs if j.kind == kind and j.completed is not None]
+        if mine:
+            times = [j.completed - j.submitted for j in mine]  # type: ignore[operator]
+            by_kind[kind] = {
+                "jobs": len(mine),
+                "avg_jct_s": sum(times) / len(times),
+                "p50_jct_s": _percentile(times, 50),
+                "p99_jct_s": _percentile(times, 99),
+                "max_jct_s": max(times),
+                "starts": sum(j.starts for j in mine),
+                "rescales": sum(j.rescales for j in mine),
+            }
     capacity = opts.nodes * opts.gpus_per_node * makespan
     return {
         "policy": opts.policy,
@@ -417,6 +530,11 @@ def _summary(
         "max_gpus": max_gpus_rule(opts.policy, opts.max_gpus),
         "allocate_calls": calls,
         "allocate_mean_ms": 1000 * allocate_s / max(calls, 1),
+        "restart_cost_s": opts.restart_s(),
+        "restart_interval_s": opts.restart_interval,
+        "mix": {k: opts.mix.get(k, 0.0) for k in KINDS} if opts.mix else {"elastic": 1.0},
+        "seed": opts.seed,
+        "by_kind": by_kind,
     }
 
 
@@ -443,8 +561,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--restart-cost",
         type=float,
-        default=PUBLISHED_RESTART_S,
-        help="seconds tiresias and static lose per (re)start (published: %(default)s)",
+        default=None,
+        help=f"seconds lost per restart: tiresias and static per (re)start (default: the "
+        f"published {PUBLISHED_RESTART_S:g}), restart jobs per resize (default "
+        f"{DEFAULT_RESTART_KIND_S:g})",
+    )
+    ap.add_argument(
+        "--mix",
+        type=_mix_arg,
+        default=None,
+        help="shares of the kinds of job, e.g. elastic=0.5,restart=0.3,rigid=0.2 (default: "
+        "every job elastic)",
+    )
+    ap.add_argument("--seed", type=int, default=0, help="which jobs get which kind (--mix)")
+    ap.add_argument(
+        "--restart-interval",
+        type=float,
+        default=DEFAULT_RESTART_INTERVAL_S,
+        help="seconds a restart job is not grown after a resize (default %(default)s)",
     )
     ap.add_argument(
         "--max-gpus",
@@ -470,6 +604,9 @@ def main(argv: list[str] | None = None) -> int:
             max_gpus=args.max_gpus,
             min_rescale_interval=args.min_rescale_interval,
             data=args.data,
+            mix=args.mix,
+            seed=args.seed,
+            restart_interval=args.restart_interval,
         )
 
     data = Path(args.data) if args.data else default_data_dir()
@@ -494,6 +631,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _mix_arg(text: str) -> dict[str, float]:
+    try:
+        return parse_mix(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _run(item: tuple[Path, Options]) -> dict[str, Any]:
     return simulate(*item)
 
@@ -515,6 +659,11 @@ def _table(policies: Sequence[str], results: Sequence[dict[str, Any]]) -> dict[s
             "mean_makespan_s": sum(r["makespan_s"] for r in runs) / len(runs),
             "mean_gpu_utilization": sum(r["gpu_utilization"] for r in runs) / len(runs),
             "allocate_mean_ms": sum(r["allocate_mean_ms"] for r in runs) / len(runs),
+            "mean_avg_jct_s_by_kind": {
+                kind: sum(r["by_kind"][kind]["avg_jct_s"] for r in runs) / len(runs)
+                for kind in KINDS
+                if all(kind in r["by_kind"] for r in runs)
+            },
         }
         if policy == "tiresias":
             rows[policy]["error_vs_published"] = [

@@ -23,7 +23,7 @@ from ..jobs.service import JobService
 from ..jobs.store import UnknownJob
 from .execargs import parse_exec_args
 from .formats import ELOG_PATTERNS
-from .wmla import EXEC_KIND, exec_annotations, exec_info, exec_state
+from .wmla import EXEC_SURFACE, exec_annotations, exec_info, exec_state
 
 __all__ = ["LOG_TYPES", "Execs", "app_name"]
 
@@ -105,7 +105,7 @@ class Execs:
             archive=filename,
         )
         notes = exec_annotations(parsed.model_dir or name, args or "")
-        spec = dataclasses.replace(spec, kind=EXEC_KIND, annotations=notes)
+        spec = dataclasses.replace(spec, surface=EXEC_SURFACE, annotations=notes)
         try:
             job = await self.service.submit_archive(
                 user, spec, archive, max_bytes=max_bytes, subdir=parsed.model_dir

@@ -1,6 +1,6 @@
 """What marks a job as a WMLA exec, and the per-process rules its programs expect.
 
-An exec is a job whose spec has ``kind`` ``EXEC_KIND``, with its ``--model-dir`` and ``args``
+An exec is a job whose spec has ``surface`` ``EXEC_SURFACE``, with its ``--model-dir`` and ``args``
 string in the spec's ``annotations``. Execs submitted before that field existed carry them as
 environment markers (``LEGACY_MODEL_DIR``, ``LEGACY_ARGS``); both are read.
 """
@@ -13,12 +13,12 @@ from typing import NamedTuple
 
 from ..jobs.models import JobSpec, JobState
 
-EXEC_KIND = "wmla-exec"
+EXEC_SURFACE = "wmla-exec"
 LEGACY_MODEL_DIR = "EDT_WMLA_MODEL_DIR"
 LEGACY_ARGS = "EDT_WMLA_ARGS"
 
 __all__ = [
-    "EXEC_KIND",
+    "EXEC_SURFACE",
     "ExecInfo",
     "exec_annotations",
     "exec_info",
@@ -35,13 +35,13 @@ class ExecInfo(NamedTuple):
 
 
 def exec_annotations(model_dir: str, args: str) -> dict[str, str]:
-    """A spec's ``annotations`` for an exec (``kind`` ``EXEC_KIND``)."""
+    """A spec's ``annotations`` for an exec (``surface`` ``EXEC_SURFACE``)."""
     return {"model_dir": model_dir, "args": args}
 
 
 def exec_info(spec: JobSpec) -> ExecInfo | None:
     """The exec's model dir and args; None for a job that is no exec."""
-    if spec.kind == EXEC_KIND:
+    if spec.surface == EXEC_SURFACE:
         return ExecInfo(spec.annotations["model_dir"], spec.annotations.get("args", ""))
     if LEGACY_MODEL_DIR in spec.env:
         return ExecInfo(spec.env[LEGACY_MODEL_DIR], spec.env.get(LEGACY_ARGS, ""))

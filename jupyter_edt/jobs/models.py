@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -79,8 +80,14 @@ RESERVED_ENV = frozenset(
 )
 
 
-# Set by the surface that submits a job (`JobSpec.kind`), never by the user's spec.
-SUBMITTER_FIELDS = frozenset({"kind", "annotations"})
+# Set by the surface that submits a job (`JobSpec.surface`), never by the user's spec.
+SUBMITTER_FIELDS = frozenset({"surface", "annotations"})
+
+#: What a job's processes do when its allocation changes (docs: README, "Your own training
+#: code"): ``elastic`` resizes in place (the runtime's Trainer; a program that never announces
+#: the runtime runs at its first size), ``restart`` restarts every worker at the new size
+#: (torchrun's contract, resized between min and max), ``rigid`` runs at one size.
+JOB_KINDS = ("elastic", "restart", "rigid")
 
 ARCHIVE_HINT = (
     "upload the archive as the 'file' part of a multipart/form-data request, with this spec "
@@ -93,7 +100,10 @@ class JobSpec:
     """What to run and on how many GPUs. Exactly one of `code`, `script` and `archive` is
     given; `archive` is the name of an uploaded archive whose unpacked tree is the code.
 
-    `kind` says which surface submitted the job ("job": the native API; an add-on's facade
+    `kind` is what a resize does to the job (`JOB_KINDS`). Its global batch, when the job
+    keeps one at every size, is ``EDT_EFFECTIVE_BATCH_SIZE`` in `env` (`effective_batch_size`).
+
+    `surface` says which surface submitted the job ("job": the native API; an add-on's facade
     names its own, with what it needs later in `annotations`). Users cannot set either."""
 
     max_gpus: int
@@ -106,7 +116,8 @@ class JobSpec:
     min_gpus: int = 1
     priority: int = 0
     archive: str | None = None
-    kind: str = "job"
+    kind: str = "elastic"
+    surface: str = "job"
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,6 +132,8 @@ class JobSpec:
         """A spec as the store kept it (`to_dict`), validated when it was submitted; fields
         an older version did not store take their defaults."""
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if "surface" not in data:  # stored before jobs had kinds: `kind` named the surface
+            known["surface"] = known.pop("kind", "job")
         known["args"] = tuple(known.get("args", ()))
         return cls(**known)
 
@@ -146,6 +159,9 @@ class JobSpec:
         if min_gpus > max_gpus:
             raise SpecError("min_gpus", f"must not exceed max_gpus ({max_gpus}), got {min_gpus}")
         priority = _int(data, "priority", PRIORITY_MIN, PRIORITY_MAX, default=0)
+        kind = _str(data, "kind", default="elastic")
+        if kind not in JOB_KINDS:
+            raise SpecError("kind", f"must be one of {', '.join(JOB_KINDS)}, got {kind!r}")
         name = _str(data, "name", default="")
         if len(name) > MAX_NAME:
             raise SpecError("name", f"must be at most {MAX_NAME} characters")
@@ -175,6 +191,8 @@ class JobSpec:
                 raise SpecError("env", f"{key} is set by jupyter-edt and cannot be overridden")
             if not isinstance(value, str):
                 raise SpecError("env", f"the value of {key} must be a string")
+        if kind != "elastic":  # the runtime splits any global batch into micro-batches
+            _check_effective_batch(env, min_gpus, max_gpus)
         return cls(
             max_gpus=max_gpus,
             name=name,
@@ -186,6 +204,7 @@ class JobSpec:
             min_gpus=min_gpus,
             priority=priority,
             archive=archive,
+            kind=kind,
         )
 
 
@@ -238,6 +257,35 @@ def parse_limits(data: Any) -> dict[str, int]:
     if "max_gpus" in data:
         limits["max_gpus"] = _int(data, "max_gpus", 1, MAX_GPUS_LIMIT)
     return limits
+
+
+#: The global batch a job keeps at every size (the runtime's Trainer and the integrations).
+EFFECTIVE_BATCH_ENV = "EDT_EFFECTIVE_BATCH_SIZE"
+
+
+def _check_effective_batch(env: Mapping[str, Any], min_gpus: int, max_gpus: int) -> None:
+    """A torchrun program's global batch must split evenly over its workers at its smallest
+    and its largest size (the scheduler then gives it only counts that divide it)."""
+    if EFFECTIVE_BATCH_ENV not in env:
+        return
+    raw = env[EFFECTIVE_BATCH_ENV]
+    if not raw.isdigit() or int(raw) < 1:
+        raise SpecError("env", f"{EFFECTIVE_BATCH_ENV} must be a positive integer, got {raw!r}")
+    batch = int(raw)
+    uneven = [n for n in dict.fromkeys((min_gpus, max_gpus)) if batch % n]
+    if uneven:
+        raise SpecError(
+            "env",
+            f"{EFFECTIVE_BATCH_ENV}={batch} does not split evenly over {uneven[0]} GPUs "
+            f"(min_gpus {min_gpus}, max_gpus {max_gpus}): choose a multiple of "
+            f"{math.lcm(min_gpus, max_gpus)}",
+        )
+
+
+def effective_batch(spec: JobSpec) -> int | None:
+    """The global batch the job keeps at every size, if it set one."""
+    raw = spec.env.get(EFFECTIVE_BATCH_ENV)
+    return int(raw) if raw is not None and raw.isdigit() else None
 
 
 def _int(data: Mapping[str, Any], key: str, low: int, high: int, default: int | None = None) -> int:

@@ -18,6 +18,12 @@ class JobProgress:
     steps_per_epoch: int | None = None
     global_step: int = 0
     steps_per_s: dict[int, float] = field(default_factory=dict)  # by GPU (worker) count
+    #: A restart job's measured restart: decision (its workers told to stop) to the first step
+    #: of its workers' next run.
+    restart_cost_s: float | None = None
+    restart_asked: float | None = None  # a restart not yet measured: when it was decided
+    run: str | None = None  # the run of the newest step
+    asked_in: str | None = None  # the run a restart was decided in
 
     def observe(self, record: Mapping[str, Any]) -> None:
         kind = record.get("type")
@@ -29,6 +35,13 @@ class JobProgress:
             self.global_step = int(record.get("global_step", self.global_step))
         elif kind == "step":
             self.global_step = int(record["global_step"]) + 1
+            at, run = record.get("time"), record.get("run")
+            asked = self.restart_asked
+            restarted = run != self.asked_in  # steps the old run made after the decision: no
+            if asked is not None and restarted and isinstance(at, int | float) and at >= asked:
+                self.restart_cost_s = at - asked
+                self.restart_asked = None
+            self.run = run
             seconds, world = record.get("step_s"), record.get("world_size")
             if isinstance(world, int) and isinstance(seconds, int | float) and seconds > 0:
                 rate = 1.0 / seconds
@@ -52,6 +65,12 @@ class ProgressBook:
         progress = self._jobs.setdefault(job_id, JobProgress())
         for record in records:
             progress.observe(record)
+
+    def restart_asked(self, job_id: str, when: float) -> None:
+        """A restart of the job's workers was decided at `when`: its first step after that
+        measures what a restart costs the job."""
+        progress = self._jobs.setdefault(job_id, JobProgress())
+        progress.restart_asked, progress.asked_in = when, progress.run
 
     def get(self, job_id: str) -> JobProgress | None:
         return self._jobs.get(job_id)

@@ -33,6 +33,10 @@ class RunnerReports(Protocol):
     async def job_formed(self, job_id: str, formed: Mapping[str, Any]) -> None:
         """Its workers formed a group: generation, world_size, pause_s, time."""
 
+    async def job_restarted(self, job_id: str, restart: Mapping[str, Any]) -> None:
+        """Its driver started every worker again (a restart job: a resize or a failure):
+        count, reason, detail, world_size, the old workers that exited and were killed."""
+
     async def job_lost(self, job_id: str, why: str, log_tail: str = ...) -> None:
         """Its driver died, and its workers with it; the job itself may resume."""
 

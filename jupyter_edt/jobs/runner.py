@@ -61,8 +61,14 @@ class DriverRunner:
         suspend_grace: float = 150.0,
         plugins: Sequence[JobPlugin] = (),
         accounts: Accounts | None = None,
+        restart_grace: float = 30.0,
+        max_restarts: int = 3,
     ) -> None:
+        """`restart_grace`: seconds a restart or rigid job's workers have after SIGTERM to
+        checkpoint and exit; `max_restarts`: restarts of a restart job after a worker failed."""
         self.launcher = launcher
+        self.restart_grace = restart_grace
+        self.max_restarts = max_restarts
         self.accounts: Accounts = accounts if accounts is not None else lambda job: None
         self.plugins = tuple(plugins)
         self.jobs_dir = Path(jobs_dir)
@@ -239,6 +245,7 @@ class DriverRunner:
             "EDT_JOB_ID": job.id,
             "EDT_JOB_DIR": str(d.root),
             "EDT_MAX_GPUS": str(job.max_gpus),
+            "EDT_JOB_KIND": job.spec.kind,
             "RESULT_DIR": str(d.result),
             "LOG_DIR": str(d.logs),
             # where the program reads its data: the submitter's EDT_DATA_DIR, else its code.
@@ -281,6 +288,9 @@ class DriverRunner:
                 "id": job.id,
                 "program": [str(entry), *spec.args],
                 "max_gpus": job.max_gpus,
+                "kind": spec.kind,
+                "restart_grace_s": self.restart_grace,
+                "max_restarts": self.max_restarts,
                 JOB_ENV_KEY: self.job_environment(job),
             },
         )
@@ -324,7 +334,7 @@ class DriverRunner:
         assert self._reports is not None, "the service calls report_to() before jobs start"
         service = self._reports
         d = self.job_dir(job_id)
-        seen: dict[str, Any] = {"running": False, "elastic": False, "formed": 0}
+        seen: dict[str, Any] = {"running": False, "elastic": False, "formed": 0, "restarts": 0}
 
         async def report(status: dict[str, Any]) -> None:
             if not seen["running"] and status.get("state") in ("running", "exited"):
@@ -337,6 +347,10 @@ class DriverRunner:
             if isinstance(formed, dict) and int(formed.get("generation", 0)) > seen["formed"]:
                 seen["formed"] = int(formed["generation"])
                 await service.job_formed(job_id, formed)
+            for restart in status.get("restart_history") or []:
+                if isinstance(restart, dict) and int(restart.get("count", 0)) > seen["restarts"]:
+                    seen["restarts"] = int(restart["count"])
+                    await service.job_restarted(job_id, restart)
 
         try:
             while handle.returncode is None:

@@ -15,8 +15,8 @@ from ..scheduling.allocator import Order, plan
 from ..scheduling.inventory import Device
 from ..scheduling.monitor import InventoryMonitor
 from ..scheduling.policy import POLICIES, JobDemand, Policy, PolicyName, ShareRules
-from .models import SCHEDULED, Job, JobState
-from .progress import ProgressBook
+from .models import SCHEDULED, Job, JobState, effective_batch
+from .progress import JobProgress, ProgressBook
 from .protocols import JobRunner
 from .store import JobStore
 
@@ -35,15 +35,21 @@ class Scheduler:
         min_rescale_interval: float,
         clock: Callable[[], float],
         rules: Callable[[], ShareRules] | None = None,
+        restart_interval: float = 60.0,
+        restart_cost: float = 30.0,
     ) -> None:
         """`rules`: the weights and quotas between users as they stand at each reschedule
-        (groups change as users come); default: the policy's own."""
+        (groups change as users come); default: the policy's own. `restart_interval`: the
+        least time between two resizes of a restart job; `restart_cost`: what one costs it
+        (seconds without progress) until its own restarts have been measured."""
         self.store = store
         self.monitor = monitor  # its latest reading is what the allocator deals out
         self.runner = runner
         self.progress = progress
         self.policy = POLICIES[policy]() if isinstance(policy, str) else policy
         self.min_rescale_interval = min_rescale_interval
+        self.restart_interval = restart_interval
+        self.restart_cost = restart_cost
         self.clock = clock
         self.rules = rules
         self._lock = asyncio.Lock()
@@ -64,8 +70,19 @@ class Scheduler:
             last_rescale=job.rescaled,
             remaining_steps=None if known is None else known.remaining_steps,
             throughput=None if known is None else (dict(known.steps_per_s) or None),
-            rigid=not job.elastic,
+            rigid=not job.elastic and job.spec.kind != "restart",
+            restart_cost_s=self._restart_cost(job, known),
+            sizes=allowed_sizes(job),
         )
+
+    def _restart_cost(self, job: Job, known: JobProgress | None) -> float | None:
+        """What a resize costs a restart job that is not elastic (None for one resized in
+        place): its own measured decision-to-first-step, else the configured default."""
+        if job.elastic or job.spec.kind != "restart":
+            return None
+        if known is not None and known.restart_cost_s is not None:
+            return known.restart_cost_s
+        return self.restart_cost
 
     async def reschedule(self) -> list[Order]:
         """Recompute the target allocation and carry out the orders that reach it.
@@ -93,6 +110,7 @@ class Scheduler:
                 policy,
                 now=self.clock(),
                 min_rescale_interval=self.min_rescale_interval,
+                restart_interval=self.restart_interval,
             )
             by_id = {d.id: d for d in devices}
             current = {j.id: j.devices for j in jobs}
@@ -162,14 +180,12 @@ class Scheduler:
             verb = "grown" if n > before else "shrunk" if n < before else "moved"
             reason = f"{gone}{verb} to {n} GPU(s)"
             job = self.store.set_devices(job_id, order.devices, reason, now=now)
+            if not job.elastic and job.spec.kind == "restart":
+                self.progress.restart_asked(job_id, now)  # its cost: from here to a step
             await self.runner.resize(job, devices)
         else:
             why = f"{gone}too few GPUs left" if lost else "preempted"
-            how = (
-                "checkpointing, then it releases its GPUs"
-                if self.store.get_job(job_id).elastic
-                else "it is rigid and cannot checkpoint: stopping it, it starts over later"
-            )
+            how = suspension(self.store.get_job(job_id))
             job = self.store.set_state(job_id, JobState.SUSPENDED, f"{why}; {how}", now=now)
             self.follow_suspension(job)
 
@@ -199,8 +215,14 @@ class Scheduler:
             return  # cancelled meanwhile: `cancel` has recorded the job's end
         now = self.clock()
         if self.store.get_job(job_id).state == JobState.SUSPENDED:
-            if not job.elastic:
+            if not job.elastic and job.spec.kind == "elastic":
                 how = "stopped (a rigid job cannot checkpoint)"
+            elif not job.elastic:
+                how = (
+                    "its workers exited within the grace (checkpointed)"
+                    if clean
+                    else "its workers were stopped: the steps since its last checkpoint are lost"
+                )
             else:
                 how = "checkpoint written" if clean else "stopped without a clean checkpoint"
             self.store.set_devices(job_id, [], f"suspended: {how}, GPUs released", now=now)
@@ -218,3 +240,26 @@ class Scheduler:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def suspension(job: Job) -> str:
+    """What a suspension does to the job, by its kind, as its event says it."""
+    if job.elastic:
+        return "checkpointing, then it releases its GPUs"
+    if job.spec.kind == "elastic":
+        return (
+            "it is rigid (its program does not use the elastic runtime) and cannot checkpoint: "
+            "stopping it, it starts over later"
+        )
+    return (
+        "SIGTERM to its workers, which may checkpoint within the grace; then it releases its GPUs"
+    )
+
+
+def allowed_sizes(job: Job) -> tuple[int, ...] | None:
+    """The GPU counts a job may run at: those its effective batch splits evenly over, for a
+    job that keeps one (None: any count from its min to its max)."""
+    batch = effective_batch(job.spec)
+    if batch is None or job.elastic:
+        return None
+    return tuple(n for n in range(job.min_gpus, job.max_gpus + 1) if batch % n == 0)

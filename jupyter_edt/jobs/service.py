@@ -52,6 +52,8 @@ class JobService(JobQueries):
         max_restarts: int = 3,
         admit_user: Callable[[str], object] | None = None,
         clock: Callable[[], float] = time.time,
+        restart_interval: float = 60.0,
+        restart_cost: float = 30.0,
     ) -> None:
         """`rules`: weights and quotas between users (their groups: `groups` as configured,
         and what each caller's identity says, see `UserDirectory`). `admit_user` raises
@@ -75,6 +77,8 @@ class JobService(JobQueries):
             min_rescale_interval=min_rescale_interval,
             clock=clock,
             rules=lambda: users.share_rules(configured),
+            restart_interval=restart_interval,
+            restart_cost=restart_cost,
         )
         runner.report_to(self)
 
@@ -158,11 +162,13 @@ class JobService(JobQueries):
         self, user: str, job_id: str, *, priority: int | None = None, max_gpus: int | None = None
     ) -> Job:
         job = self.get(user, job_id)
-        if max_gpus is not None and not job.elastic and max_gpus < len(job.devices):
+        resizable = job.elastic or job.spec.kind == "restart"
+        if max_gpus is not None and not resizable and max_gpus < len(job.devices):
             raise SpecError(
                 "max_gpus",
                 f"must be at least the {len(job.devices)} GPU(s) the job runs on: it is "
-                "rigid (its program does not use the elastic runtime), so it cannot shrink",
+                "rigid (a rigid job, or a program that does not use the elastic runtime), so "
+                "it cannot shrink",
             )
         self.store.update_limits(job_id, priority=priority, max_gpus=max_gpus, now=self.clock())
         await self.reschedule()
@@ -240,6 +246,19 @@ class JobService(JobQueries):
         if self.store.get_job(job_id).state in LIVE:
             self.store.set_elastic(job_id, "the elastic runtime started", now=self.clock())
             await self.reschedule()
+
+    async def job_restarted(self, job_id: str, restart: Mapping[str, Any]) -> None:
+        """The job's driver started every worker again (a restart job's resize or failure):
+        an event that says why and what the job lost, and the start of a measurement of what
+        a restart costs it (decision to first step, `ProgressBook.restart_cost_s`)."""
+        if self.store.get_job(job_id).state not in LIVE:
+            return
+        asked = float(restart.get("asked") or self.clock())
+        if restart.get("reason") != "resize":  # a resize was timed from its decision
+            self.progress.restart_asked(job_id, asked)
+        self.store.record_restart(
+            job_id, restart, describe_restart(restart), now=float(restart.get("started") or asked)
+        )
 
     async def job_formed(self, job_id: str, formed: Mapping[str, Any]) -> None:
         """The job's workers formed a group (`formed`: generation, world_size, pause_s and the
@@ -383,3 +402,26 @@ def _check_entrypoint(tree: Path, entrypoint: str) -> None:
     nested = sorted(p.relative_to(tree).as_posix() for p in tree.rglob(entrypoint) if p.is_file())
     hint = f" (it has {nested[0]}: archive the folder's contents, not the folder)" if nested else ""
     raise SpecError("entrypoint", f"the archive has no {entrypoint} at its top level{hint}")
+
+
+def describe_restart(restart: Mapping[str, Any]) -> str:
+    """What a restart did, as a user reads it: why, at what size, and what it lost (a worker
+    killed after the grace loses the steps since the program's last checkpoint)."""
+    size = restart.get("world_size")
+    killed = list(restart.get("killed") or [])
+    exited = dict(restart.get("exited") or {})
+    grace = float(restart.get("grace_s") or 0)
+    why = str(restart.get("detail") or restart.get("reason") or "restarted")
+    text = f"{why}: every worker restarted at {size} GPU(s)"
+    if killed:
+        return (
+            f"{text}; {', '.join(killed)} did not exit within the {grace:g} s grace and "
+            "was killed: the steps since its last checkpoint are lost"
+        )
+    clean = [w for w, code in exited.items() if code == 0]
+    if exited and len(clean) == len(exited):
+        return f"{text}; its workers exited within the grace (checkpointed, no step lost)"
+    if exited:
+        codes = ", ".join(f"{w}: {code}" for w, code in exited.items())
+        return f"{text}; its workers ended with status {codes}"
+    return text

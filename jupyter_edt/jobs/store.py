@@ -352,6 +352,28 @@ class JobStore:
                 s.add(_event(job_id, now, "elastic", {"elastic": True, "reason": reason}))
             return job.to_job()
 
+    def record_restart(
+        self, job_id: str, restart: Mapping[str, Any], message: str, *, now: float | None = None
+    ) -> dict[str, Any]:
+        """The job's driver started every worker again (`restart`: as the driver reported it,
+        `message`: what it did and what the job lost, as a user reads it): a `restart` event at
+        the time the driver restarted them, once (a restarted service reads its status anew)."""
+        now = time.time() if now is None else now
+        data = {
+            "count": int(restart.get("count", 0)),
+            "cause": str(restart.get("reason", "")),
+            "world_size": restart.get("world_size"),
+            "killed": list(restart.get("killed", [])),
+            "reason": message,
+        }
+        with self._change() as s:
+            self._row(s, job_id)
+            previous = _same_report(s, job_id, "restart", now, "count", data["count"])
+            if previous is not None:
+                return previous
+            s.add(_event(job_id, now, "restart", data))
+        return data
+
     def record_formed(
         self,
         job_id: str,
@@ -371,18 +393,9 @@ class JobStore:
         now = time.time() if now is None else now
         with self._change() as s:
             self._row(s, job_id)
-            previous = s.scalars(
-                select(EventRow)
-                .where(EventRow.job_id == job_id, EventRow.kind == "formed")
-                .order_by(EventRow.id.desc())
-                .limit(1)
-            ).first()
-            if (
-                previous is not None
-                and previous.time == now
-                and previous.data.get("generation") == generation
-            ):
-                return dict(previous.data)
+            previous = _same_report(s, job_id, "formed", now, "generation", generation)
+            if previous is not None:
+                return previous
 
             def last(kind: str) -> float | None:
                 return s.scalars(
@@ -659,6 +672,22 @@ class JobStore:
         if job is None or job.deleted is not None:
             raise UnknownJob(job_id)
         return job
+
+
+def _same_report(
+    s: Session, job_id: str, kind: str, now: float, key: str, value: object
+) -> dict[str, Any] | None:
+    """The job's newest event of `kind` when it is the same report again (at the same time,
+    with the same `key`): a restarted service reads a driver's last status anew."""
+    previous = s.scalars(
+        select(EventRow)
+        .where(EventRow.job_id == job_id, EventRow.kind == kind)
+        .order_by(EventRow.id.desc())
+        .limit(1)
+    ).first()
+    if previous is not None and previous.time == now and previous.data.get(key) == value:
+        return dict(previous.data)
+    return None
 
 
 def _event(job_id: str, now: float, kind: str, data: dict[str, Any]) -> EventRow:

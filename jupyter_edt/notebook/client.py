@@ -285,6 +285,7 @@ class EDTClient:
         max_gpus: int = 1,
         min_gpus: int = 1,
         priority: int = 0,
+        kind: str = "elastic",
         entrypoint: str | None = None,
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
@@ -301,7 +302,9 @@ class EDTClient:
         machine's files. A directory, and any extra `files` (files or folders placed next to
         the program by their base name), travel as one uploaded archive. The training options
         (`epochs`, ...) reach the program as environment variables (:func:`training_env`) and
-        win over the same names in `env`. Everything is checked before the one request that
+        win over the same names in `env`. `kind`: what a resize does to the job, ``elastic``
+        (in place, the runtime's Trainer), ``restart`` (a torchrun program, started again at
+        the new size) or ``rigid`` (one size). Everything is checked before the one request that
         submits, so an error leaves no job behind.
         """
         if sum(x is not None for x in (code, script, directory)) != 1:
@@ -324,6 +327,7 @@ class EDTClient:
             "max_gpus": max_gpus,
             "min_gpus": min_gpus,
             "priority": priority,
+            "kind": kind,
             "args": list(args),
             "env": {
                 **parse_env_pairs(f"{k}={v}" for k, v in (env or {}).items()),

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..jobs.models import PRIORITY_MAX, PRIORITY_MIN
+from ..jobs.models import JOB_KINDS, PRIORITY_MAX, PRIORITY_MIN
 from .client import parse_env_pairs
 
 
@@ -91,10 +91,18 @@ SUBMIT_OPTIONS: tuple[SubmitOption, ...] = (
         at_least=PRIORITY_MIN,
         at_most=PRIORITY_MAX,
     ),
+    SubmitOption(
+        "--kind",
+        "What a resize does: elastic (in place, the runtime's Trainer), restart (a torchrun "
+        "program, restarted at the new size between min and max) or rigid (one size); "
+        "default %(default)s",
+        {"choices": JOB_KINDS, "default": "elastic"},
+    ),
     SubmitOption("--epochs", "Sets EDT_EPOCHS for Trainer.fit", {"type": int}, at_least=1),
     SubmitOption(
         "--effective-batch-size",
-        "Sets EDT_EFFECTIVE_BATCH_SIZE: samples per update, whatever the GPU count",
+        "Sets EDT_EFFECTIVE_BATCH_SIZE: samples per update, whatever the GPU count (a "
+        "restart job's integration sets gradient accumulation from it)",
         {"type": int},
         at_least=1,
     ),
@@ -143,6 +151,7 @@ def job_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_gpus": args.max_gpus,
         "min_gpus": args.min_gpus,
         "priority": args.priority,
+        "kind": args.kind,
         "env": parse_env_pairs(args.env),
         "epochs": args.epochs,
         "effective_batch_size": args.effective_batch_size,

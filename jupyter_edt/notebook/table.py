@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-COLUMNS = ("ID", "NAME", "STATE", "GPUS", "MODE", "PRIORITY", "AGE", "REASON")
+COLUMNS = ("ID", "NAME", "STATE", "GPUS", "KIND", "PRIORITY", "AGE", "REASON")
 
 
 class JobTable(list):
@@ -52,19 +52,20 @@ def _row(job: Any, now: float) -> tuple[str, ...]:
         job.name,
         job.state,
         f"{len(job.devices)}/{job.max_gpus}",
-        _mode(job),
+        _kind(job),
         str(job.priority),
         _age(now - job.created),
         reason[:60] + ("..." if len(reason) > 60 else ""),
     )
 
 
-def _mode(job: Any) -> str:
-    """elastic or rigid once it has started (a queued job's program is not known yet), with
-    its restarts after a driver died: ``elastic+1``."""
-    if job.state == "QUEUED" and not job.restarts:
-        return "-"
-    return ("elastic" if job.elastic else "rigid") + (f"+{job.restarts}" if job.restarts else "")
+def _kind(job: Any) -> str:
+    """What a resize does to the job (its kind), "fixed" for an elastic one whose program
+    runs without the elastic runtime, with its restarts after a driver died: ``elastic+1``."""
+    kind = str(job.spec.get("kind") or "elastic")
+    if kind == "elastic" and job.state == "RUNNING" and not job.elastic:
+        kind = "fixed"
+    return kind + (f"+{job.restarts}" if job.restarts else "")
 
 
 def _age(seconds: float) -> str:

@@ -49,7 +49,7 @@ from typing import Any
 
 from ..launch.base import Launcher, ProcessHandle, ProcessSpec
 from ..launch.local import LocalLauncher
-from .environment import worker_environment
+from .environment import Rendezvous, rank_order, torchrun_environment, worker_environment
 from .store_keys import (
     CTL,
     failed_key,
@@ -122,8 +122,8 @@ class LocalController:
         job_id: str = "",
         store_host: str = "127.0.0.1",
         job_dir: str | os.PathLike[str] | None = None,
+        max_restarts: int = 0,
     ) -> None:
-        import torch.distributed as dist  # the controller hosts the store
 
         self.program = list(program)
         self.result_dir = Path(result_dir)
@@ -141,12 +141,17 @@ class LocalController:
         # address, for workers on other nodes).
         self.store_host = store_host
         self.job_dir = Path(job_dir) if job_dir is not None else None
-        # names this run of the job's workers in their events (jobs/metrics.py)
-        self.run = secrets.token_hex(6)
-        self.store = dist.TCPStore(
-            store_host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
-        )
+        # names this run of the job's workers in their events (jobs/metrics.py); a restart of
+        # every worker is a new run, whose steps are reported anew
+        self._run = secrets.token_hex(6)
+        self.run = self._run
+        self.store = self._new_store()
         self.port = self.store.port
+        # torchrun's contract (environment.py): its store is a fresh one at each restart
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.rendezvous_store = self._new_store()
+        self._gpu: dict[str, str] = {}  # worker -> its GPU's CUDA_VISIBLE_DEVICES entry
         self.ctl: dict[str, int] = {"gen": 0, "hold": -1, "ckpt": 0}
         self.store.set(CTL, json.dumps(self.ctl))
         self.procs: dict[str, ProcessHandle] = {}
@@ -168,18 +173,83 @@ class LocalController:
         placements: Sequence[Placement] | None = None,
     ) -> tuple[str, ...]:
         """Launch ``n`` workers as generation 1; ``envs[i]`` adds to worker i's environment
-        (its device, for one), ``placements[i]`` says where it runs."""
+        (its device, for one), ``placements[i]`` says where it runs. Ranks go node by node
+        (``environment.rank_order``); the ids come back in the order of ``envs``."""
         envs = envs if envs is not None else [{}] * n
         if len(envs) != n:
             raise ValueError(f"envs must have one entry per worker ({n}), got {len(envs)}.")
         places = _placements(placements, n)
         with self._lock:
             ids = tuple(self._new_id() for _ in range(n))
-            self._publish(ids)
-            self._launch(
-                [self._spec(w, env, place) for w, env, place in zip(ids, envs, places, strict=True)]
-            )
+            self._start_group(ids, envs, places)
             return ids
+
+    def restart(
+        self,
+        envs: Sequence[Mapping[str, str]],
+        placements: Sequence[Placement] | None = None,
+        *,
+        grace_s: float = 30.0,
+    ) -> tuple[tuple[str, ...], dict[str, list[str]]]:
+        """Start every worker again, ``len(envs)`` of them, as torchrun's agent does on a
+        change of membership: each worker gets SIGTERM (a program with an integration
+        checkpoints and exits), whoever is left after ``grace_s`` SIGKILL, then the new
+        workers start with ``TORCHELASTIC_RESTART_COUNT`` one higher, at a fresh store, as a
+        new run. Returns the new ids (in the order of ``envs``) and who of the old workers
+        ``exited`` within the grace (with their status) and who was ``killed``."""
+        places = _placements(placements, len(envs))
+        with self._lock:
+            old = [w for w, p in self.procs.items() if p.returncode is None]
+            self.members = ()  # the watcher leaves the group alone while it stops
+            for w in old:
+                self.procs[w].send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while any(self.procs[w].returncode is None for w in old):
+                if time.monotonic() >= deadline:
+                    break
+                self._stop.wait(0.02)
+            killed = [w for w in old if self.procs[w].returncode is None]
+            self._stop_workers(killed)
+            self._ended.update(self.procs)
+            self.restarts += 1
+            self.run = f"{self._run}.{self.restarts}"
+            self.rendezvous_store = self._new_store()
+            ids = tuple(self._new_id() for _ in envs)
+            self._start_group(ids, envs, places)
+        return ids, {"exited": [w for w in old if w not in killed], "killed": killed}
+
+    def _start_group(
+        self,
+        ids: Sequence[str],
+        envs: Sequence[Mapping[str, str]],
+        places: Sequence[Placement],
+    ) -> None:
+        """Publish ``ids`` as the next generation, in rank order, and launch them."""
+        order = rank_order([p.node for p in places])
+        self._publish(tuple(ids[i] for i in order))
+        for w, env in zip(ids, envs, strict=True):
+            self._gpu[w] = env.get("CUDA_VISIBLE_DEVICES", "")
+        contract = self._torchrun(list(ids), list(places))
+        self._launch(
+            [
+                self._spec(w, {**env, **contract[w]}, place)
+                for w, env, place in zip(ids, envs, places, strict=True)
+            ]
+        )
+
+    def _torchrun(self, workers: list[str], places: list[Placement]) -> dict[str, dict[str, str]]:
+        """torchrun's variables for ``workers`` forming one group, placed at ``places``."""
+        rendezvous = Rendezvous(
+            master_addr=self.store_host,
+            master_port=self.rendezvous_store.port,
+            run_id=self.job_id or self._run,
+            restart_count=self.restarts,
+            max_restarts=self.max_restarts,
+        )
+        envs = torchrun_environment(
+            [p.node for p in places], [self._gpu[w] for w in workers], rendezvous, self.job_env
+        )
+        return dict(zip(workers, envs, strict=True))
 
     def scale(self, n: int, *, wait: bool = True) -> int:
         """Grow or shrink to ``n`` workers; returns the new generation.
@@ -215,9 +285,16 @@ class LocalController:
             keep = [w for w in keep if w in self.members]
             places = _placements(placements, len(joiners))
             new = tuple(self._new_id() for _ in joiners)
+            for w, env in zip(new, joiners, strict=True):
+                self._gpu[w] = env.get("CUDA_VISIBLE_DEVICES", "")
+            # a joiner sees torchrun's variables of the group it joins (only the runtime's
+            # programs are resized in place, and they ignore them)
+            group = [w for w in self.members if w in keep] + list(new)
+            at = [Placement(node=self.procs[w].spec.node) for w in group[: len(group) - len(new)]]
+            contract = self._torchrun(group, at + list(places))
             self._launch(
                 [
-                    self._spec(w, env, place, nice=JOINER_NICE)
+                    self._spec(w, {**env, **contract[w]}, place, nice=JOINER_NICE)
                     for w, env, place in zip(new, joiners, places, strict=True)
                 ]
             )
@@ -301,6 +378,17 @@ class LocalController:
         self.close()
 
     # -- internals ---------------------------------------------------------------------------
+    def _new_store(self) -> Any:
+        import torch.distributed as dist
+
+        return dist.TCPStore(
+            self.store_host,
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=timedelta(seconds=60),
+        )
+
     def _new_id(self) -> str:
         self._next += 1
         return f"w{self._next - 1}"

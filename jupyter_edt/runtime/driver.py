@@ -10,11 +10,21 @@ keeps the devices it was given; a device whose worker fails again (a GPU that is
 left idle until the orders take it away and give it back, and the job carries on without it.
 Retries are bounded, so a program that fails everywhere fails the job with its error.
 
-A job is rigid until its program announces the elastic runtime (its workers' first generation
-has formed, ``formed/<g>``), and for its whole life if it never does (a plain script, one's own
-DDP program): ``status.json`` says ``"elastic": false``. A rigid job runs on the devices it
-started with: it is never resized, a worker that fails fails the job (there is no runtime to
-carry on without it), and a suspension stops it at once, since it cannot checkpoint.
+Every worker gets torchrun's environment (``environment.torchrun_environment``), so a program
+written for torchrun forms its group unchanged. What a change does to the job depends on its
+kind (``job.json``'s ``kind``), unless its program announces the elastic runtime (its workers'
+first generation has formed, ``formed/<g>``; ``status.json`` then says ``"elastic": true``),
+which makes any job elastic:
+
+- ``elastic``: resized in place by the runtime. One whose program never announces it (a plain
+  script) runs on the devices it started with: a worker that fails fails the job, and a
+  suspension stops it at once, since it cannot checkpoint.
+- ``restart``: a new allocation, or a worker that fails (``max_restarts`` times over the
+  job's life), restarts every worker (``LocalController.restart``): SIGTERM, ``restart_grace_s``
+  to checkpoint and exit, SIGKILL, then all of them at the new size. A suspension stops them
+  the same way. ``status.json``'s ``restart_history`` says what each restart did.
+- ``rigid``: the devices it started with; a worker that fails fails the job; a suspension
+  gives its workers the grace to checkpoint.
 
 Exit status: 0 when the job's last workers all finished training (or it was suspended), 1 when
 training failed; the reason is in ``status.json`` under ``error`` and ``state`` is ``failed``.
@@ -47,6 +57,11 @@ MAX_DEVICE_FAILURES = 2  # failed workers on one device before it is left idle
 # its worker down first, and the server's order to give it up follows within a reading or two.
 REPLACE_DELAY_S = 1.0
 SUSPEND_TIMEOUT_S = 120.0
+#: How long a worker of a restart or rigid job has, after SIGTERM, to checkpoint and exit.
+RESTART_GRACE_S = 30.0
+#: Restarts of a restart job after a worker failed, over the job's life (a resize is free).
+MAX_RESTARTS = 3
+MAX_HISTORY = 20  # restarts kept in status.json
 
 
 def placement(device: Mapping[str, Any]) -> Placement:
@@ -84,7 +99,13 @@ class Driver:
             "elastic": False,
             "generation": 0,
             "workers": {},
+            "restarts": 0,
         }
+        self.kind = str(job.get("kind", "elastic"))
+        self.grace_s = float(job.get("restart_grace_s", RESTART_GRACE_S))
+        self.max_restarts = int(job.get("max_restarts", MAX_RESTARTS))
+        self.gang: tuple[str, ...] = ()  # the workers of the newest start (non-elastic)
+        self.failed_restarts = 0  # restarts after a worker failed
         self.devices: list[dict[str, Any]] = []  # the devices the server gave the job
         self.device_of: dict[str, dict[str, Any]] = {}  # worker id -> device
         self.orders_seq = 0
@@ -118,12 +139,14 @@ class Driver:
             launcher=launcher,
             store_host=launcher.reachable_host(),
             job_dir=self.dir.root,  # copied to nodes that do not share this file system
+            max_restarts=self.max_restarts if self.kind == "restart" else 0,
         )
         self.devices = devices
         ids = self.ctl.start(
             len(devices), [device_env(d) for d in devices], [placement(d) for d in devices]
         )
         self.device_of = dict(zip(ids, devices, strict=True))
+        self.gang = ids
         self.status["state"] = "running"  # its processes are up; elastic once they form
         self._report()
         try:
@@ -148,12 +171,23 @@ class Driver:
                     return self._suspend()
                 self._apply(orders["devices"])
             if all(p.returncode is not None for p in ctl.procs.values()):
+                if self.kind == "restart" and not self.elastic:
+                    error = self._restart_if_needed()  # a failure it may yet start again from
+                    if error is not None:
+                        return self._exit(1, error)
+                    if any(p.returncode is None for p in ctl.procs.values()):
+                        continue
                 return self._finished()
-            vanished = [w for w, p in ctl.procs.items() if p.vanished]
+            vanished = [w for w in self.gang if ctl.procs[w].vanished]
             if vanished and not self.elastic:
                 ctl.close()  # nothing carries on without them; the job runs again elsewhere
                 return self._lost(vanished)
-            error = self._reconcile() if self.elastic else self._rigid_failure()
+            if self.elastic:
+                error = self._reconcile()
+            elif self.kind == "restart":
+                error = self._restart_if_needed()
+            else:
+                error = self._rigid_failure()
             if error is not None:
                 return self._exit(1, error)
             time.sleep(TICK_S)
@@ -256,16 +290,82 @@ class Driver:
     def _rigid_failure(self) -> str | None:
         """A rigid job's worker that failed fails the job: nothing carries on without it, and
         its peers would wait for it (as torchrun without elasticity does)."""
+        failed = self._failed_worker()
+        if failed is None:
+            return None
+        w, code = failed
+        device = self.device_of[w]["id"]
+        why = (
+            "a rigid job"
+            if self.kind == "rigid"
+            else "a job whose program does not use the elastic runtime"
+        )
+        return (
+            f"worker {w} on {device} exited with code {code}, and {why} cannot go on without "
+            f"it: {self._log_tail(w)}"
+        ).strip()
+
+    def _failed_worker(self) -> tuple[str, int] | None:
+        """The first worker of the newest start that exited with an error, and its status."""
         assert self.ctl is not None
-        for w, p in self.ctl.procs.items():
-            if (code := p.returncode) not in (None, 0):
-                device = self.device_of[w]["id"]
-                return (
-                    f"worker {w} on {device} exited with code {code}, and a rigid job (its "
-                    f"program does not use the elastic runtime) cannot go on without it: "
-                    f"{self._log_tail(w)}"
-                ).strip()
+        for w in self.gang:
+            if (code := self.ctl.procs[w].returncode) not in (None, 0):
+                return w, code
         return None
+
+    def _restart_if_needed(self) -> str | None:
+        """A restart job starts all its workers again on a new allocation, and after a worker
+        failed while restarts are left (torchrun's ``--max-restarts``); past them, the failure
+        fails the job with the program's own error."""
+        assert self.ctl is not None
+        held = sorted(self.device_of[w]["id"] for w in self.gang)
+        if held != sorted(d["id"] for d in self.devices):
+            self._restart("resize", f"resized from {len(held)} to {len(self.devices)} GPU(s)")
+            return None
+        failed = self._failed_worker()
+        if failed is None:
+            return None
+        w, code = failed
+        if self.failed_restarts >= self.max_restarts:
+            return (
+                f"worker {w} exited with code {code} at every start ({self.max_restarts} "
+                f"restart(s) allowed): {self._log_tail(w)}"
+            ).strip()
+        self.failed_restarts += 1
+        self._restart(
+            "failure",
+            f"worker {w} exited with code {code} (restart {self.failed_restarts} of "
+            f"{self.max_restarts})",
+        )
+        return None
+
+    def _restart(self, reason: str, detail: str) -> None:
+        """Stop every worker (SIGTERM, the grace, SIGKILL) and start them all on the job's
+        devices; ``status.json``'s ``restart`` says why and how the workers ended."""
+        assert self.ctl is not None
+        asked = time.time()
+        devices = self.devices
+        ids, ended = self.ctl.restart(
+            [device_env(d) for d in devices], [placement(d) for d in devices], grace_s=self.grace_s
+        )
+        self.device_of.update(zip(ids, devices, strict=True))
+        self.gang = ids
+        self.status["restarts"] = self.ctl.restarts
+        restart = {
+            "count": self.ctl.restarts,
+            "reason": reason,
+            "detail": detail,
+            "world_size": len(ids),
+            "exited": {w: self.ctl.procs[w].returncode for w in ended["exited"]},
+            "killed": ended["killed"],
+            "grace_s": self.grace_s,
+            "asked": asked,
+            "started": time.time(),
+        }
+        # every restart, so a reader polling slower than the restarts come misses none
+        history = self.status.setdefault("restart_history", [])
+        history[:] = [*history, restart][-MAX_HISTORY:]
+        self._report()
 
     def _may_start(self, device: Mapping[str, Any]) -> bool:
         """Whether a vacant device may get a worker now: not on a node that is gone or whose
@@ -311,6 +411,19 @@ class Driver:
         assert self.ctl is not None
         self.status["state"] = "suspending"
         self._report()
+        if not self.elastic and self.kind in ("restart", "rigid"):
+            # SIGTERM: a program with an integration checkpoints and exits 0 within the grace
+            for w in self.gang:
+                self.ctl.procs[w].send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + self.grace_s
+            while time.monotonic() < deadline and any(
+                self.ctl.procs[w].returncode is None for w in self.gang
+            ):
+                time.sleep(TICK_S)
+            clean = all(self.ctl.procs[w].returncode == 0 for w in self.gang)
+            self.ctl.close()
+            self.status.update(state="suspended", checkpointed=clean)
+            return self._exit(0, None)
         if not self.elastic:
             self.ctl.close()
             self.status.update(state="suspended", checkpointed=False)
@@ -331,8 +444,10 @@ class Driver:
 
     def _finished(self) -> int:
         assert self.ctl is not None
-        codes = {w: p.returncode for w, p in self.ctl.procs.items()}
-        last = self.ctl.members
+        # a job restarted ends with its newest start; the workers stopped before are past
+        ended = self.ctl.procs if self.elastic else self.gang
+        codes = {w: self.ctl.procs[w].returncode for w in ended}
+        last = self.ctl.members if self.elastic else self.gang
         if last and all(codes[w] == 0 for w in last):
             self.status["state"] = "exited"
             return self._exit(0, None)

@@ -13,10 +13,10 @@ and folded in the same order on every rank.
 
 Devices and backends (decided per job: every worker of a job is of one kind):
 
-- A worker whose ``CUDA_VISIBLE_DEVICES`` names a GPU trains on ``cuda:0`` (the one device it
-  sees); one given a virtual device (the variable empty or unset) trains on the CPU. A plain
-  process uses CUDA when it is available unless ``Trainer(device=...)`` says otherwise. See
-  :func:`select_device`.
+- A worker whose ``CUDA_VISIBLE_DEVICES`` names GPUs trains on ``cuda:<LOCAL_RANK>`` (its job's
+  GPUs on its node are visible in local-rank order, as under torchrun); one given a virtual
+  device (the variable empty or unset) trains on the CPU. A plain process uses CUDA when it is
+  available unless ``Trainer(device=...)`` says otherwise. See :func:`select_device`.
 - CPU workers form a ``gloo`` group, exactly as before. CUDA workers form one group with two
   backends, ``cpu:gloo,cuda:nccl`` (:func:`select_backend`): a collective on a CUDA tensor goes
   over NCCL, one on a CPU tensor over gloo. So the gradient exchange and the device-resident part of
@@ -96,11 +96,13 @@ def select_device(
     in_job: bool,
     visible: str | None,
     cuda_available: bool,
+    local_rank: int = 0,
 ) -> str:
     """The device to train on, from the request, the environment and CUDA's availability.
 
-    In a job worker the allocation decides: ``cuda:0`` (the one visible GPU) when
-    ``CUDA_VISIBLE_DEVICES`` names a GPU, else ``cpu``; ``requested="cpu"`` forces the CPU, any
+    In a job worker the allocation decides: ``cuda:<local_rank>`` when ``CUDA_VISIBLE_DEVICES``
+    names GPUs (the job's GPUs on the node, in local-rank order, as torchrun's workers see
+    them), else ``cpu``; ``requested="cpu"`` forces the CPU, any
     other request follows the allocation. In a plain process ``"auto"`` means ``cuda`` when
     available, else ``cpu``, and an explicit request is taken as it is.
     """
@@ -126,7 +128,7 @@ def select_device(
                 f"CUDA_VISIBLE_DEVICES={visible!r} gives this worker a GPU, but "
                 "torch.cuda.is_available() is False (a CPU-only torch, or a driver problem)"
             )
-        return "cuda:0"
+        return f"cuda:{local_rank}"
     return "cuda" if cuda_available else "cpu"
 
 

@@ -131,6 +131,7 @@ def resolve_device(requested: str | torch.device = "auto") -> torch.device:
         in_job="EDT_STORE" in os.environ,
         visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
         cuda_available=torch.cuda.is_available(),
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
     )
     device = torch.device(name)
     if device.type == "cuda" and device.index is None:

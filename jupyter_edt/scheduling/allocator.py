@@ -32,11 +32,19 @@ def plan(
     *,
     now: float,
     min_rescale_interval: float,
+    restart_interval: float = 0.0,
 ) -> list[Order]:
     """Orders that take the jobs from the devices they hold (`JobDemand.current`) to the
     policy's target. `jobs` are those the policy deals devices to: running or waiting."""
     slots = [DeviceSlot(d.id, d.node) for d in devices]
-    target = allocate(jobs, slots, policy, now=now, min_rescale_interval=min_rescale_interval)
+    target = allocate(
+        jobs,
+        slots,
+        policy,
+        now=now,
+        min_rescale_interval=min_rescale_interval,
+        restart_interval=restart_interval,
+    )
     orders = []
     change: dict[str, int] = {}
     for job in jobs:

@@ -11,7 +11,8 @@ and property-tested. The policy works in four steps:
    jobs of its level wait too (first come, first served).
 3. Counts, in a level. Admitted jobs get their minimum, then the free devices are handed out
    one by one, max-min fair between users and then between each user's jobs, never past a
-   job's maximum. A job is below its maximum only when no device idles (work conservation).
+   job's maximum. A job is below its maximum only when no device idles (work conservation),
+   with the two exceptions below: restart jobs held at their count, and allowed sizes.
    Devices that do not split evenly go to the users and jobs expected to finish first (by
    the remaining steps and throughput jobs report, unknown last, then submission order):
    fairness fixes every count up to that one device, and finishing a job sooner gives its
@@ -29,6 +30,28 @@ Rigid jobs (`JobDemand.rigid`: their program does not use the elastic runtime, o
 announced it yet) cannot be resized: one that holds devices keeps exactly those, or gets none
 (under `priority`, it is suspended, which stops it); one that lost a device gets none.
 
+Restart jobs (`JobDemand.restart_cost_s`: a torchrun program, resized by restarting all its
+workers, during which none of its devices make progress) are resized only when it pays:
+- it grows from n to m devices only when the remaining time that saves (remaining steps over
+  the throughput at n, less the same at m) is more than `RESTART_PAYBACK` times its restart
+  cost (`restart_pays`), and not within `restart_interval` of its last resize. A job that has
+  not reported its remaining steps and a throughput grows as the policy says, at most once per
+  interval (its gain is unknown; the interval bounds its restarts' share of its time).
+- it shrinks when a waiting job is admitted, at any time, toward its minimum as any job does.
+  Otherwise, once its interval has passed, it may shrink to a count at which its (estimated)
+  throughput is as high as now (it gives up devices it does not use: `goodput` takes back an
+  exploration that did not pay); and at any time when keeping its count would suspend another
+  running job (a higher priority level taking its devices). Fair-share rebalancing between
+  running jobs does not restart it otherwise.
+- at an unchanged count it keeps its very devices (a move would restart it too). One that lost
+  a device, or holds a count it may not keep, restarts anyway: it is counted like a new job.
+A device that a held restart job does not take goes to the other jobs, or idles.
+
+Sizes (`JobDemand.sizes`): a job runs only at the counts listed (a restart job's global batch
+must split evenly over its workers). Its minimum and maximum are raised and lowered to allowed
+counts; a count between two sizes is rounded down, and the devices that frees go to the other
+jobs, or idle (`_fill`). A rigid job that runs keeps what it holds, allowed or not.
+
 `goodput` keeps the levels and replaces steps 2 to 4 (see `_count_goodput` and `_repack`): it
 admits waiting jobs least remaining work first, gives each spare device where it speeds a job
 up most, weighted toward jobs with little remaining time, judged from the throughput each job
@@ -45,7 +68,7 @@ import heapq
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 PolicyName = Literal["fair-share", "priority", "goodput"]
@@ -63,6 +86,12 @@ EXPLORATION_FACTOR = 2
 #: a power of that rank (heSRPT, Berg et al., 2020); 2 measured best on the Pollux workloads
 #: (1.5 to 2.5 within 1%, see bench/simulate.py).
 RANK_EXPONENT = 2.0
+#: A restart job grows from n to m devices only when the time that saves it (remaining steps
+#: over the throughput at n, less the same at m) is more than this multiple of its restart's
+#: cost. Twice: a job that grows is likely to pay a second restart before it ends (a newcomer's
+#: admission shrinks it at any time), and the saving rests on an estimated throughput at m
+#: (extrapolated when m was never measured), so one restart's worth of gain is no margin.
+RESTART_PAYBACK = 2.0
 
 Allocation = dict[str, list[str]]
 
@@ -88,6 +117,19 @@ class JobDemand:
     throughput: Mapping[int, float] | None = field(default=None, hash=False)
     #: Runs on the devices it started with or on none: it is never resized or moved.
     rigid: bool = False
+    #: None: resized in place at a step boundary (an elastic job: a pause of a second or less,
+    #: not weighed). Seconds: resized only by restarting all its workers at the new size (a
+    #: restart job, torchrun's contract), during which none of its devices make progress, from
+    #: the decision to its first step at the new size. The job service gives its own measured
+    #: restarts (a default until the first). Such a job grows only when that pays
+    #: (`RESTART_PAYBACK`), at most once per `restart_interval`, and shrinks for a waiting
+    #: job's admission, or to give up devices it does not use (see the module docstring).
+    restart_cost_s: float | None = None
+    #: The device counts it may run at (None: any from `min_gpus` to `max_gpus`); only those
+    #: between the two count. A restart job keeps its global batch by giving each worker an equal
+    #: share, so it runs only at counts that divide that batch (the job service lists them).
+    #: Stored sorted, each once.
+    sizes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.min_gpus < 1:
@@ -97,6 +139,22 @@ class JobDemand:
                 f"Job {self.id}: max_gpus ({self.max_gpus}) must be at least min_gpus "
                 f"({self.min_gpus})."
             )
+        cost = self.restart_cost_s
+        if cost is not None and not (math.isfinite(cost) and cost >= 0):
+            raise ValueError(f"Job {self.id}: restart_cost_s must be 0 or more, got {cost}.")
+        if self.sizes is not None:
+            sizes = tuple(sorted({int(n) for n in self.sizes}))
+            object.__setattr__(self, "sizes", sizes)  # frozen: normalised once, here
+            if not any(self.min_gpus <= n <= self.max_gpus for n in sizes):
+                raise ValueError(
+                    f"Job {self.id}: sizes {list(sizes)} hold no count between min_gpus "
+                    f"({self.min_gpus}) and max_gpus ({self.max_gpus})."
+                )
+
+    @property
+    def restarts(self) -> bool:
+        """Whether a resize restarts it (`restart_cost_s` given, and not rigid)."""
+        return self.restart_cost_s is not None and not self.rigid
 
 
 @dataclass(frozen=True)
@@ -192,14 +250,24 @@ def allocate(
     *,
     now: float = 0.0,
     min_rescale_interval: float = 0.0,
+    restart_interval: float = 0.0,
 ) -> Allocation:
     """Return the target allocation: every job id mapped to its devices (empty: not running).
-    `policy`: a name of `POLICIES`, or a `Policy`."""
+    `policy`: a name of `POLICIES`, or a `Policy`. `min_rescale_interval`: seconds an elastic
+    job keeps its count after a rescale (unless a waiting job is admitted or devices would
+    idle); `restart_interval`: seconds a restart job (`JobDemand.restart_cost_s`) keeps its
+    count after its last resize, unless a waiting job is admitted."""
     if isinstance(policy, str):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICY_NAMES)}, got {policy!r}.")
         policy = POLICIES[policy]()
-    return policy.allocate(jobs, devices, now=now, min_rescale_interval=min_rescale_interval)
+    return policy.allocate(
+        jobs,
+        devices,
+        now=now,
+        min_rescale_interval=min_rescale_interval,
+        restart_interval=restart_interval,
+    )
 
 
 class Policy:
@@ -222,6 +290,7 @@ class Policy:
         *,
         now: float = 0.0,
         min_rescale_interval: float = 0.0,
+        restart_interval: float = 0.0,
     ) -> Allocation:
         jobs = sorted(jobs, key=lambda j: (j.submitted, j.id))
         if len({j.id for j in jobs}) != len(jobs):
@@ -232,11 +301,22 @@ class Policy:
         held = {j.id: [d for d in j.current if d in existing] for j in jobs}
         # A rigid job that lost a device cannot shrink onto the others: it gets none (stops).
         stopped = [j for j in jobs if j.rigid and len(held[j.id]) < len(j.current)]
-        jobs = [j for j in jobs if j not in stopped]
+        jobs = [j if j.rigid and held[j.id] else _within_sizes(j) for j in jobs if j not in stopped]
         pinned = {j.id: len(held[j.id]) for j in jobs if j.rigid and held[j.id]}
 
-        counts = self.count(jobs, held, len(devices), frozen=pinned)
-        if min_rescale_interval > 0 and not any(counts.get(j.id) and not held[j.id] for j in jobs):
+        # Restart jobs: the counts each may take this time (`_restart_counts`), first with
+        # shrinking allowed; kept at their count after all when no waiting job is admitted.
+        bounds = _restart_counts(jobs, held, now, restart_interval)
+        loose = [_narrow(j, bounds[j.id][0]) if j.id in bounds else j for j in jobs]
+        counts = self.count(loose, held, len(devices), frozen=pinned)
+        admitting = any(counts.get(j.id) and not held[j.id] for j in jobs)
+        jobs = loose
+        if not admitting and any(counts.get(i, 0) < len(held[i]) for i in bounds):
+            kept = [_narrow(j, bounds[j.id][1]) if j.id in bounds else j for j in jobs]
+            steady = self.count(kept, held, len(devices), frozen=pinned)
+            if steady.keys() == counts.keys():  # holding one never suspends another job
+                counts, jobs = steady, kept
+        if min_rescale_interval > 0 and not admitting:
             # No waiting job is being admitted: hold recently rescaled jobs at their count.
             frozen = {
                 j.id: len(held[j.id])
@@ -244,7 +324,7 @@ class Policy:
                 if j.id in counts
                 and j.last_rescale is not None
                 and now - j.last_rescale < min_rescale_interval
-                and j.min_gpus <= len(held[j.id]) <= j.max_gpus
+                and _fits(j, len(held[j.id]))
             } | pinned
             if frozen.keys() - pinned.keys():
                 steady = self.count(jobs, held, len(devices), frozen)
@@ -255,7 +335,9 @@ class Policy:
             for j in jobs
             if j.last_rescale is not None and now - j.last_rescale < min_rescale_interval
         }
-        placed = self.place(jobs, counts, devices, held, recent | pinned.keys())
+        # A restart job moved at the same count would restart for nothing: it stays put.
+        unmoved = {i for i in bounds if counts.get(i) == len(held[i])}
+        placed = self.place(jobs, counts, devices, held, recent | unmoved | pinned.keys())
         return placed | {j.id: [] for j in stopped}
 
     def levels(self, jobs: Sequence[JobDemand]) -> list[list[JobDemand]]:
@@ -338,6 +420,83 @@ def _by_priority(jobs: Sequence[JobDemand]) -> list[list[JobDemand]]:
     for job in jobs:
         by_priority[job.priority].append(job)
     return [by_priority[p] for p in sorted(by_priority, reverse=True)]
+
+
+def allowed_counts(job: JobDemand) -> list[int]:
+    """The device counts `job` may run at, smallest first: its `sizes` between its min and
+    max, or every count from min to max."""
+    if job.sizes is None:
+        return list(range(job.min_gpus, job.max_gpus + 1))
+    return [n for n in job.sizes if job.min_gpus <= n <= job.max_gpus]
+
+
+def _fits(job: JobDemand, n: int) -> bool:
+    return job.min_gpus <= n <= job.max_gpus and (job.sizes is None or n in job.sizes)
+
+
+def _within_sizes(job: JobDemand) -> JobDemand:
+    """`job` with its min and max raised and lowered to its nearest allowed counts, so that
+    admission reserves a count it may run at and no count past its largest is handed out."""
+    if job.sizes is None:
+        return job
+    return _narrow(job, allowed_counts(job))
+
+
+def _narrow(job: JobDemand, counts: Sequence[int]) -> JobDemand:
+    """`job` allowed only `counts` (ascending, not empty)."""
+    if job.sizes is None and list(counts) == list(range(job.min_gpus, job.max_gpus + 1)):
+        return job
+    return replace(job, min_gpus=counts[0], max_gpus=counts[-1], sizes=tuple(counts))
+
+
+def _restart_counts(
+    jobs: Sequence[JobDemand], held: dict[str, list[str]], now: float, interval: float
+) -> dict[str, tuple[list[int], list[int]]]:
+    """For each running restart job that may keep its count, the counts it may take this
+    time: (when a waiting job is admitted, otherwise).
+
+    Its count now; once `interval` has passed since its last resize, also the larger counts
+    whose gain pays for the restart (`restart_pays`) and the smaller ones at which its
+    (estimated) throughput is as high as now: devices it does not use, say after `goodput`
+    grew it to a count that turned out no faster (the shrink costs it the restart and no
+    speed). When a waiting job is admitted, also any smaller count, at any time. A restart
+    job that holds nothing, lost a device (its workers restart anyway) or holds a count it may
+    not keep is counted like any job, and so is not listed.
+    """
+    out = {}
+    for job in jobs:
+        n = len(held[job.id])
+        if not job.restarts or not n or n < len(job.current) or not _fits(job, n):
+            continue
+        allowed = allowed_counts(job)
+        smaller = [m for m in allowed if m <= n]
+        if job.last_rescale is not None and now - job.last_rescale < interval:
+            out[job.id] = (smaller, [n])
+            continue
+        grow = [m for m in allowed if m > n and restart_pays(job, n, m)]
+        measured = _measured(job)
+        curve = _curve(measured, n) if measured else None
+        unused = [m for m in smaller if curve and curve[m] >= curve[n]] or [n]
+        out[job.id] = (smaller + grow, unused + grow)
+    return out
+
+
+def restart_pays(job: JobDemand, n: int, m: int) -> bool:
+    """Whether growing restart job `job` from `n` to `m` devices pays for its restart.
+
+    It does when the remaining time it saves, remaining steps over the (estimated, see
+    `throughput_curve`) throughput at n less the same at m, is more than `RESTART_PAYBACK`
+    times `restart_cost_s`. A job that has not reported both its remaining steps and a
+    throughput has no known gain: it grows as the policy says, as an elastic job would, and
+    `restart_interval` alone bounds what its restarts cost (at most one per interval).
+    """
+    measured = _measured(job)
+    if job.remaining_steps is None or not measured:
+        return True
+    curve = _curve(measured, m)
+    steps = max(0.0, job.remaining_steps)
+    saved = steps / curve[n] - steps / curve[m]
+    return saved > RESTART_PAYBACK * (job.restart_cost_s or 0.0)
 
 
 def _count(
@@ -489,6 +648,52 @@ def _finish_order(job: JobDemand, held: int) -> tuple[float, float]:
 
 
 def _fill(
+    level: Sequence[JobDemand],
+    counts: dict[str, int],
+    free: int,
+    finish: Callable[[JobDemand], tuple[float, float]],
+    skip: set[str],
+    ledger: _Ledger,
+) -> int:
+    """Hand out `free` devices max-min fair (`_fill_devices`), each job ending at a count it
+    may run at (`JobDemand.sizes`).
+
+    A job left between two of its sizes goes down to the smaller and takes no more this time,
+    and the devices it let go are handed out again to the others; one at a time, the job
+    expected to finish last first (the one the tie rule serves last), so that a later one
+    rounding down can lift an earlier one to its next size. At the end, each rounded-down job,
+    the one expected to finish first first, takes the largest of its sizes that what nobody
+    else could take holds.
+    """
+    skip = set(skip)
+    rounded: list[JobDemand] = []
+    while True:
+        free = _fill_devices(level, counts, free, finish, skip, ledger)
+        off = [
+            j
+            for j in level
+            if j.sizes is not None and j.id not in skip and not _fits(j, counts[j.id])
+        ]
+        if not off:
+            break
+        job = max(off, key=lambda j: (finish(j), j.id))
+        n = counts[job.id]
+        counts[job.id] = max(m for m in allowed_counts(job) if m <= n)
+        free += n - counts[job.id]
+        ledger.take(job.user, counts[job.id] - n)
+        skip.add(job.id)
+        rounded.append(job)
+    for job in sorted(rounded, key=lambda j: (finish(j), j.id)):
+        n = counts[job.id]
+        fit = [m for m in allowed_counts(job) if n < m <= n + min(free, ledger.room(job.user))]
+        if fit:
+            counts[job.id] = fit[-1]
+            free -= fit[-1] - n
+            ledger.take(job.user, fit[-1] - n)
+    return free
+
+
+def _fill_devices(
     level: Sequence[JobDemand],
     counts: dict[str, int],
     free: int,
@@ -834,6 +1039,8 @@ def _grow(
         curve = curves[job.id]
         best, target = 0.0, 0
         for m in range(n + 1, int(min(job.max_gpus, n + free, n + ledger.room(job.user))) + 1):
+            if job.sizes is not None and m not in job.sizes:
+                continue
             slope = (curve[m] - curve[n]) / (m - n)
             if slope > best:
                 best, target = slope, m

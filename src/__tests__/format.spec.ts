@@ -1,8 +1,9 @@
-import type { ClusterInfo, Device } from '../api';
+import type { ClusterInfo, Device, IJobInfo } from '../api';
 import {
   clampPercent,
   describeCluster,
   describeDrain,
+  describeKind,
   formatBytes,
   formatMemory
 } from '../format';
@@ -127,5 +128,70 @@ describe('describeDrain', () => {
     expect(at(now + 30)).toMatch(/^Its node leaves in 30 seconds;/);
     expect(at(now - 5)).toMatch(/^Its node was due to leave;/);
     expect(at(null)).toMatch(/^Its node is leaving;/);
+  });
+});
+
+describe('describeKind', () => {
+  type Job = Pick<IJobInfo, 'spec' | 'state' | 'elastic' | 'restarts'>;
+  const job = (change: Partial<Job> = {}): Job => ({
+    spec: {},
+    state: 'RUNNING',
+    elastic: true,
+    restarts: 0,
+    ...change
+  });
+
+  it.each([
+    ['elastic', 'Elastic: resized in place at a step boundary.'],
+    ['restart', 'Restart: resized by a graceful restart from a checkpoint.'],
+    ['rigid', 'Rigid: runs at a fixed size.']
+  ] as const)('says what a resize does to a %s job', (kind, title) => {
+    expect(describeKind(job({ spec: { kind } }))).toEqual({
+      kind,
+      label: kind,
+      title,
+      fixed: false
+    });
+  });
+
+  it('takes a record without a kind (stored before kinds) for elastic', () => {
+    expect(describeKind(job())).toEqual({
+      kind: 'elastic',
+      label: 'elastic',
+      title: 'Elastic: resized in place at a step boundary.',
+      fixed: false
+    });
+    expect(describeKind(job({ spec: { kind: null } as never })).kind).toBe(
+      'elastic'
+    );
+  });
+
+  it('says when an elastic job runs at a fixed size, only while RUNNING', () => {
+    const fixed = describeKind(job({ elastic: false }));
+    expect(fixed.fixed).toBe(true);
+    expect(fixed.title).toBe(
+      'Elastic: resized in place at a step boundary. Its program does not ' +
+        'use the elastic runtime (or has not started it yet): it runs at a ' +
+        'fixed size.'
+    );
+    const queued = describeKind(job({ elastic: false, state: 'QUEUED' }));
+    expect(queued.fixed).toBe(false);
+    expect(queued.title).toBe('Elastic: resized in place at a step boundary.');
+    // Restart and rigid programs never announce the runtime: nothing to say.
+    expect(
+      describeKind(job({ spec: { kind: 'restart' }, elastic: false })).fixed
+    ).toBe(false);
+  });
+
+  it('counts the requeues after its driver died', () => {
+    const tag = describeKind(job({ spec: { kind: 'restart' }, restarts: 2 }));
+    expect(tag.label).toBe('restart ↻2');
+    expect(tag.title).toBe(
+      'Restart: resized by a graceful restart from a checkpoint. Restarted 2 ' +
+        'times from its checkpoint after its driver died.'
+    );
+    expect(describeKind(job({ restarts: 1 })).title).toMatch(
+      /Restarted 1 time from/
+    );
   });
 });

@@ -1,6 +1,11 @@
 import { Widget } from '@lumino/widgets';
 
 import { JobDetail, type IConfirm } from '../jobview/detail';
+import {
+  clockTime,
+  describeFormed,
+  describeRestart
+} from '../jobview/timeline';
 import { JobController } from '../jobpanel/controller';
 import type { IJobApi, IJobInfo, ISocketLike } from '../api';
 
@@ -10,12 +15,12 @@ const JOB: IJobInfo = {
   name: 'digits',
   state: 'RUNNING',
   reason: 'started',
-  spec: { entrypoint: 'main.py', env: { EDT_EPOCHS: '2' } },
+  spec: { entrypoint: 'main.py', kind: 'restart', env: { EDT_EPOCHS: '2' } },
   min_gpus: 1,
   max_gpus: 4,
   priority: 0,
   devices: ['gpu0', 'gpu1'],
-  elastic: true,
+  elastic: false, // a restart job's program does not announce the runtime
   restarts: 0,
   rescaled: 100,
   created: 90,
@@ -75,9 +80,11 @@ describe('JobDetail', () => {
   let calls: string[];
   let answers: { cancel: boolean; priority: number | null; max: number | null };
   let changed: IJobInfo[];
+  let socket: ISocketLike | null;
 
   beforeEach(async () => {
     calls = [];
+    socket = null;
     changed = [];
     answers = { cancel: false, priority: null, max: null };
     const confirm: IConfirm = {
@@ -88,7 +95,7 @@ describe('JobDetail', () => {
     const controller = new JobController({
       jobId: JOB.id,
       api: fakeServer(calls),
-      connect: silentSocket,
+      connect: () => (socket = silentSocket()),
       logInterval: 20,
       stream: { silenceTimeout: 0 }
     });
@@ -110,8 +117,14 @@ describe('JobDetail', () => {
   const q = (selector: string) =>
     detail.node.querySelector(selector) as HTMLElement;
 
-  it('shows the spec, the artifacts and a tab per log', async () => {
+  it('shows the kind, the spec, the artifacts and a tab per log', async () => {
     expect(detail.title.label).toBe('digits [a1b2c3d4e5f6]');
+    const kind = q('.jp-edt-job-header .jp-edt-kind-tag');
+    expect(kind.textContent).toBe('restart');
+    expect(kind.dataset.fixed).toBe('false');
+    expect(kind.title).toBe(
+      'Restart: resized by a graceful restart from a checkpoint.'
+    );
     expect(q('.jp-edt-spec-text').textContent).toContain(
       '"entrypoint": "main.py"'
     );
@@ -141,6 +154,108 @@ describe('JobDetail', () => {
       () => q('.jp-edt-detail-log-text').textContent === 'w0.log line\n'
     );
     expect(tabs[2].getAttribute('aria-selected')).toBe('true');
+  });
+
+  /** Deliver events as the server's feed does: a batch in one message. */
+  const send = (...events: object[]) => {
+    socket?.onmessage?.({
+      data: JSON.stringify(events.map(e => ({ job_id: JOB.id, ...e })))
+    });
+  };
+  const lines = () =>
+    Array.from(
+      detail.node.querySelectorAll<HTMLElement>('.jp-edt-allocation-changes li')
+    );
+  const devices = (n: number) => Array.from({ length: n }, (_, i) => `gpu${i}`);
+  const resized = {
+    kind: 'restart',
+    count: 1,
+    cause: 'resize',
+    world_size: 2,
+    killed: [],
+    reason:
+      'resized from 4 to 2 GPU(s): every worker restarted at 2 GPU(s); its ' +
+      'workers exited within the grace (checkpointed, no step lost)'
+  };
+  const failed = {
+    kind: 'restart',
+    count: 2,
+    cause: 'failure',
+    world_size: 2,
+    killed: ['w1'],
+    reason: 'w1 failed: every worker restarted at 2 GPU(s); w1 was killed'
+  };
+
+  it('lists each restart with its cause and size among the allocation changes', async () => {
+    await waitFor(() => socket !== null);
+    socket?.onopen?.({});
+    send(
+      { id: 1, time: 100, kind: 'allocation', devices: devices(4) },
+      { id: 2, time: 200, kind: 'allocation', devices: devices(2) },
+      {
+        id: 3,
+        time: 201.5,
+        kind: 'formed',
+        world_size: 2,
+        pause_s: 0.5,
+        waited_s: 1.5
+      },
+      { id: 4, time: 201, ...resized }
+    );
+    expect(lines().map(line => line.textContent)).toEqual([
+      `${clockTime(201)} restart 1 · resize → 2 GPUs`,
+      // A restart job's workers all restart: no survivors' pause to show.
+      `${clockTime(200)} shrank 4 → 2 · training after 1.50 s`,
+      `${clockTime(100)} started on 4 GPUs`
+    ]);
+    const restart = lines()[0];
+    expect(restart.className).toBe('jp-edt-restart');
+    expect(restart.title).toBe(resized.reason);
+    expect(restart.dataset.cause).toBe('resize');
+    expect(restart.dataset.gpus).toBe('2');
+    expect(detail.node.textContent).not.toContain('pause');
+  });
+
+  it('marks a restart whose killed workers lost steps', async () => {
+    await waitFor(() => socket !== null);
+    socket?.onopen?.({});
+    send({ id: 5, time: 300, ...failed });
+    const [line] = lines();
+    expect(line.textContent).toBe(
+      `${clockTime(300)} restart 2 · failure → 2 GPUs · ⚠ killed w1 (steps lost)`
+    );
+    expect(line.classList.contains('jp-mod-warn')).toBe(true);
+    expect(line.title).toBe(failed.reason);
+  });
+
+  it('shows a restart once, in time order, however the events arrive', async () => {
+    await waitFor(() => socket !== null);
+    socket?.onopen?.({});
+    // The second restart is stored first; the first (timed when its workers
+    // restarted) after it; then the feed repeats both.
+    send({ id: 7, time: 300, ...failed }, { id: 8, time: 201, ...resized });
+    send({ id: 7, time: 300, ...failed }, { id: 8, time: 201, ...resized });
+    expect(lines().map(line => line.textContent)).toEqual([
+      `${clockTime(300)} restart 2 · failure → 2 GPUs · ⚠ killed w1 (steps lost)`,
+      `${clockTime(201)} restart 1 · resize → 2 GPUs`
+    ]);
+    expect(detail.controller.restarts.map(r => [r.id, r.count])).toEqual([
+      [8, 1],
+      [7, 2]
+    ]);
+  });
+
+  it("words restarts, and a restart job's groups without a pause", () => {
+    const restart = { id: 1, time: 1, ...resized, killed: ['w0', 'w2'] };
+    expect(describeRestart(restart)).toBe(
+      'restart 1 · resize → 2 GPUs · ⚠ killed w0, w2 (steps lost)'
+    );
+    expect(
+      describeRestart({ ...restart, world_size: null, cause: '', killed: [] })
+    ).toBe('restart 1');
+    const group = { time: 1, world_size: 2, pause_s: 0.04, waited_s: null };
+    expect(describeFormed(group, 'restart')).toBe('trained on');
+    expect(describeFormed(group)).toBe('trained on (pause 0.04 s)');
   });
 
   it('changes nothing when the user declines', async () => {

@@ -131,8 +131,13 @@ describe('JobPanel', () => {
     expect(q('.jp-edt-job-name').textContent).toBe('digits');
     expect(q('.jp-edt-state-badge').textContent).toBe('RUNNING');
     expect(q('.jp-edt-job-gpus').textContent).toBe('2 / 2');
-    expect(q('.jp-edt-mode-tag').textContent).toBe('elastic');
-    expect(q('.jp-edt-mode-tag').dataset.elastic).toBe('true');
+    // A record without a kind is elastic; its program uses the runtime.
+    const kind = q('.jp-edt-job-header .jp-edt-kind-tag');
+    expect(kind.hidden).toBe(false);
+    expect(kind.textContent).toBe('elastic');
+    expect(kind.dataset.kind).toBe('elastic');
+    expect(kind.dataset.fixed).toBe('false');
+    expect(kind.title).toBe('Elastic: resized in place at a step boundary.');
     expect(q('.jp-edt-job-progress-text').textContent).toBe(
       'epoch 1/2 · step 2 · global step 1'
     );
@@ -164,6 +169,45 @@ describe('JobPanel', () => {
     panel.dispose();
     controller.dispose();
     expect(panel.node.isConnected).toBe(false);
+  });
+});
+
+describe('JobController restarts', () => {
+  it('records each restart once, oldest first, however the events arrive', async () => {
+    let live: ISocketLike | null = null;
+    const controller = new JobController({
+      jobId: JOB.id,
+      api: api([]),
+      connect: () => (live = socket()),
+      stream: { silenceTimeout: 0 }
+    });
+    await controller.start();
+    const send = (...events: object[]) =>
+      live?.onmessage?.({
+        data: JSON.stringify(
+          events.map(e => ({ job_id: JOB.id, kind: 'restart', ...e }))
+        )
+      });
+    const restart = (count: number, time: number) => ({
+      time,
+      count,
+      cause: count === 1 ? 'resize' : 'failure',
+      world_size: 2,
+      killed: count === 1 ? [] : ['w1'],
+      reason: `restart ${count}`
+    });
+    // Without ids (the feed passes them all on): the later restart first,
+    // then both again.
+    send(restart(2, 300), restart(1, 201));
+    send(restart(1, 201), restart(2, 300));
+    // With ids, the same event twice.
+    send({ id: 9, ...restart(3, 400) }, { id: 9, ...restart(3, 400) });
+    expect(controller.restarts).toEqual([
+      { id: null, ...restart(1, 201) },
+      { id: null, ...restart(2, 300) },
+      { id: 9, ...restart(3, 400) }
+    ]);
+    controller.dispose();
   });
 });
 

@@ -183,8 +183,19 @@ describe('EdtSidebar with jobs', () => {
     const jobs = new JobsModel({
       listJobs: async () => [
         job('a1', { created: 100, elastic: false, restarts: 2 }),
-        job('b2', { created: 200, user: 'bob', devices: [], state: 'QUEUED' }),
-        job('c3', { created: 300, state: 'SUCCEEDED', devices: [] })
+        job('b2', {
+          created: 200,
+          user: 'bob',
+          devices: [],
+          state: 'QUEUED',
+          spec: { kind: 'restart' }
+        }),
+        job('c3', {
+          created: 300,
+          state: 'SUCCEEDED',
+          devices: [],
+          spec: { kind: 'rigid' }
+        })
       ],
       getJob: async id => job(id),
       connect: quietSocket
@@ -210,6 +221,13 @@ describe('EdtSidebar with jobs', () => {
     sidebar.filter = { scope: 'all', state: 'all' };
     await waitFor(() => ids().length === 3);
     expect(ids()).toEqual(['c3', 'b2', 'a1']);
+    // Every row shows its job's kind as a tag.
+    const tag = (id: string) =>
+      sidebar.node.querySelector(
+        `.jp-edt-jobrow[data-job-id="${id}"] .jp-edt-kind-tag`
+      ) as HTMLElement;
+    expect(tag('c3').textContent).toBe('rigid');
+    expect(tag('c3').title).toBe('Rigid: runs at a fixed size.');
     sidebar.filter = { scope: 'all', state: 'active' };
     await waitFor(() => ids().length === 2);
     expect(ids()).toEqual(['b2', 'a1']);
@@ -219,14 +237,20 @@ describe('EdtSidebar with jobs', () => {
       '.jp-edt-jobrow[data-job-id="a1"]'
     ) as HTMLElement;
     expect(row.textContent).toContain('2/4 GPUs');
-    const mode = row.querySelector('.jp-edt-mode-tag') as HTMLElement;
-    expect(mode.textContent).toBe('rigid ↻2');
-    expect(mode.dataset.elastic).toBe('false');
-    expect(mode.title).toContain('does not use the elastic runtime');
-    const queued = sidebar.node.querySelector(
-      '.jp-edt-jobrow[data-job-id="b2"] .jp-edt-mode-tag'
+    // Its kind as a tag: a record without a kind is elastic; this one's
+    // program does not use the elastic runtime, and its driver died twice.
+    expect(tag('a1').textContent).toBe('elastic ↻2');
+    expect(tag('a1').dataset.kind).toBe('elastic');
+    expect(tag('a1').dataset.fixed).toBe('true');
+    expect(tag('a1').title).toContain(
+      'does not use the elastic runtime (or has not started it yet): it runs at a fixed size'
     );
-    expect(queued).toBeNull(); // not started: nothing known of its program
+    // A queued job shows its kind too: it was chosen at submission.
+    expect(tag('b2').textContent).toBe('restart');
+    expect(tag('b2').dataset.fixed).toBe('false');
+    expect(tag('b2').title).toBe(
+      'Restart: resized by a graceful restart from a checkpoint.'
+    );
     expect(row.querySelector('.jp-edt-state-badge')?.textContent).toBe(
       'RUNNING'
     );

@@ -1,5 +1,10 @@
 /** What the front end derives from a job record, in one place. */
-import type { IJobEvent, IJobInfo } from './types';
+import {
+  JOB_KINDS,
+  type IJobEvent,
+  type IJobInfo,
+  type JobKind
+} from './types';
 
 /**
  * The job after an event that may change whether it is elastic or how often it
@@ -21,27 +26,12 @@ export function withRuntimeChange<T extends IJobInfo>(
     : { ...job, elastic, restarts };
 }
 
-/** How a job runs, in words for a label and its tooltip. */
-export function runtimeMode(job: Pick<IJobInfo, 'elastic' | 'restarts'>): {
-  label: string;
-  title: string;
-} {
-  const restarted =
-    job.restarts > 0
-      ? ` Restarted ${job.restarts} time(s) from its checkpoint after its driver died.`
-      : '';
-  return job.elastic
-    ? {
-        label: 'elastic',
-        title: `Elastic: its GPUs grow and shrink in place.${restarted}`
-      }
-    : {
-        label: 'rigid',
-        title:
-          'Rigid: its program does not use the elastic runtime (or has not ' +
-          'started it yet), so it keeps the GPUs it started with and cannot ' +
-          `checkpoint when preempted.${restarted}`
-      };
+/** What a resize does to the job; a record stored before jobs had kinds is elastic. */
+export function jobKind(job: Pick<IJobInfo, 'spec'>): JobKind {
+  const kind = job.spec?.kind;
+  return kind && (JOB_KINDS as readonly string[]).includes(kind)
+    ? kind
+    : 'elastic';
 }
 
 /** Planned epochs when the job's spec says (EDT_EPOCHS). */

@@ -28,6 +28,30 @@ export const TERMINAL_STATES: ReadonlySet<string> = new Set([
 export const PRIORITY_MIN = -1000;
 export const PRIORITY_MAX = 1000;
 
+/**
+ * What a resize does to a job, chosen at submission (JOB_KINDS in
+ * jupyter_edt/jobs/models.py): `elastic` is resized in place by the runtime's
+ * Trainer, `restart` (a torchrun-compatible program) by a graceful restart of
+ * all its workers, `rigid` (torchrun-compatible too) runs at a fixed size.
+ */
+export type JobKind = 'elastic' | 'restart' | 'rigid';
+
+/** The kinds, in the order the submit dialog offers them. */
+export const JOB_KINDS: readonly JobKind[] = ['elastic', 'restart', 'rigid'];
+
+/** A job's stored spec (JobSpec), as GET jobs/{id} returns it. */
+export interface IJobSpec {
+  /**
+   * What a resize does to it. Absent from records stored before jobs had
+   * kinds: those are elastic (read it with `jobKind`).
+   */
+  kind?: JobKind;
+  /** The surface that submitted it: "job" (the API) or an add-on's, e.g. "wmla-exec". */
+  surface?: string;
+  env?: Record<string, string>;
+  [key: string]: unknown;
+}
+
 /** A job as GET jobs/{id} describes it. */
 export interface IJobInfo {
   id: string;
@@ -35,7 +59,7 @@ export interface IJobInfo {
   name: string;
   state: JobState;
   reason: string;
-  spec: { env?: Record<string, string>; [key: string]: unknown };
+  spec: IJobSpec;
   min_gpus: number;
   max_gpus: number;
   priority: number;
@@ -46,7 +70,8 @@ export interface IJobInfo {
   finished: number | null;
   /**
    * The job's program announced the elastic runtime, so the scheduler resizes it
-   * in place. False: a rigid job (yet), kept on the GPUs it started with.
+   * in place. False for an elastic job (its `spec.kind`) whose program has not
+   * (yet): it is kept on the GPUs it started with.
    */
   elastic: boolean;
   /** Times it went back to the queue after its driver died. */
@@ -185,6 +210,8 @@ export interface IJobSubmission {
   min_gpus?: number;
   max_gpus: number;
   priority?: number;
+  /** Default 'elastic'. */
+  kind?: JobKind;
 }
 
 /** One file a job left in its result directory. */
@@ -219,6 +246,7 @@ export interface IJobEvent {
     | 'limits'
     | 'elastic'
     | 'formed'
+    | 'restart'
     | 'metrics'
     | 'keepalive'
     | string;
@@ -226,14 +254,26 @@ export interface IJobEvent {
   time?: number;
   user?: string;
   state?: JobState;
+  /** `state`: why; `restart`: what the restart did and lost, for the user */
   reason?: string;
   devices?: string[];
   /** `formed`: the group's generation and size, the survivors' pause, how long
-   * its allocation waited for it (null: none did) */
+   * its allocation waited for it (null: none did); `restart`: `world_size` is
+   * the size every worker restarted at */
   generation?: number;
   world_size?: number;
   pause_s?: number;
   waited_s?: number | null;
+  /** `restart`: how many times the job's workers were restarted (1-based) */
+  count?: number;
+  /** `restart`: why every worker was started again */
+  cause?: 'resize' | 'failure' | string;
+  /**
+   * `restart`: the workers killed because they did not exit within the grace
+   * after SIGTERM (the steps since their last checkpoint are lost); empty when
+   * all exited in time
+   */
+  killed?: string[];
   priority?: number;
   max_gpus?: number;
   elastic?: boolean;

@@ -13,7 +13,7 @@ import type { IDisposable } from '@lumino/disposable';
 
 import { DEFAULT_MAX_POINTS } from '../charts/downsample';
 import { AllocationSeries, LossSeries } from '../charts/series';
-import type { IFormedGroup } from '../jobview/timeline';
+import type { IFormedGroup, IRestart } from '../jobview/timeline';
 import {
   EventStream,
   type ConnectionStatus,
@@ -113,6 +113,9 @@ export class JobController implements IDisposable {
 
   /** The groups the workers formed, oldest first (`formed` events). */
   readonly formed: IFormedGroup[] = [];
+
+  /** A restart job's restarts of all its workers, oldest first, each once (`restart` events). */
+  readonly restarts: IRestart[] = [];
 
   /** The job as last known; null until loaded. */
   get job(): IJobInfo | null {
@@ -382,6 +385,11 @@ export class JobController implements IDisposable {
           });
         }
         break;
+      case 'restart':
+        if (!this._addRestart(event, time)) {
+          return;
+        }
+        break;
       case 'allocation': {
         const devices = event.devices ?? [];
         this.allocation.add(time, devices.length);
@@ -406,6 +414,32 @@ export class JobController implements IDisposable {
         return;
     }
     this._emit();
+  }
+
+  /**
+   * Record a restart in time order (its time is when the workers restarted,
+   * which may precede events stored before it); false when already recorded.
+   */
+  private _addRestart(event: IJobEvent, time: number): boolean {
+    const id = typeof event.id === 'number' ? event.id : null;
+    const count = event.count ?? 0;
+    const seen = this.restarts.some(r =>
+      id !== null ? r.id === id : r.time === time && r.count === count
+    );
+    if (seen) {
+      return false;
+    }
+    const at = this.restarts.findIndex(r => r.time > time);
+    this.restarts.splice(at < 0 ? this.restarts.length : at, 0, {
+      id,
+      time,
+      count,
+      cause: event.cause ?? '',
+      world_size: event.world_size ?? null,
+      killed: event.killed ?? [],
+      reason: event.reason ?? ''
+    });
+    return true;
   }
 
   private _finish(time: number): void {

@@ -1,5 +1,5 @@
 /**
- * The job widget's DOM: name and state badge, GPUs now/max with the
+ * The job widget's DOM: name, state badge and kind tag, GPUs now/max with the
  * allocation timeline, epoch/step progress, the live loss chart, a log tail,
  * and cancel / priority / max-GPU controls. It renders a `JobController` and
  * calls its actions; it fetches nothing itself.
@@ -12,7 +12,8 @@ import { LossChart } from '../charts/loss';
 import type { IProgress } from '../charts/series';
 import { el } from '../dom';
 import { ALL_LOGS, type JobController } from './controller';
-import { PRIORITY_MAX, PRIORITY_MIN, plannedEpochs, runtimeMode } from '../api';
+import { PRIORITY_MAX, PRIORITY_MIN, plannedEpochs } from '../api';
+import { describeKind } from '../format';
 
 /** Options of a job panel. */
 export interface IJobPanelOptions {
@@ -88,13 +89,21 @@ export class JobPanel {
     const node = (this.node = el('div', 'jp-edt-job'));
     node.dataset.jobId = this.controller.jobId;
 
-    // Header: name, id, state, connection.
+    // Header: name, id, state, kind, connection.
     const header = el('div', 'jp-edt-job-header');
     this._name = el('span', 'jp-edt-job-name', this.controller.jobId);
     this._id = el('span', 'jp-edt-job-id jp-edt-muted', this.controller.jobId);
     this._state = el('span', 'jp-edt-state-badge', '…');
+    this._kind = el('span', 'jp-edt-kind-tag');
+    this._kind.hidden = true;
     this._connection = el('span', 'jp-edt-connection');
-    header.append(this._name, this._id, this._state, this._connection);
+    header.append(
+      this._name,
+      this._id,
+      this._state,
+      this._kind,
+      this._connection
+    );
 
     this._error = el('div', 'jp-edt-error');
     this._error.setAttribute('role', 'alert');
@@ -103,7 +112,6 @@ export class JobPanel {
     // Figures: GPUs, progress, last loss.
     const stats = el('div', 'jp-edt-job-stats');
     this._gpus = el('span', 'jp-edt-job-gpus');
-    this._mode = el('span', 'jp-edt-mode-tag');
     this._progressText = el('span', 'jp-edt-job-progress-text');
     this._bar = el('div', 'jp-edt-job-progress-bar');
     this._barFill = el('div', 'jp-edt-job-progress-fill');
@@ -114,7 +122,6 @@ export class JobPanel {
     this._lossText = el('span', 'jp-edt-job-loss');
     stats.append(
       this._labelled('GPUs', this._gpus),
-      this._labelled('Mode', this._mode),
       this._labelled('Progress', this._progressText, this._bar),
       this._labelled('Loss', this._lossText)
     );
@@ -230,11 +237,12 @@ export class JobPanel {
 
     const held = job?.devices.length ?? 0;
     this._gpus.textContent = job ? `${held} / ${job.max_gpus}` : '–';
-    const mode = job ? runtimeMode(job) : null;
-    const restarted = job && job.restarts > 0 ? ` ↻${job.restarts}` : '';
-    this._mode.textContent = mode ? `${mode.label}${restarted}` : '–';
-    this._mode.title = mode?.title ?? '';
-    this._mode.dataset.elastic = String(job?.elastic ?? '');
+    const kind = job ? describeKind(job) : null;
+    this._kind.hidden = kind === null;
+    this._kind.textContent = kind?.label ?? '';
+    this._kind.title = kind?.title ?? '';
+    this._kind.dataset.kind = kind?.kind ?? '';
+    this._kind.dataset.fixed = String(kind?.fixed ?? false);
     const progress = c.loss.progress;
     const planned = job ? plannedEpochs(job) : null;
     const { text, fraction } = describeProgress(progress, planned);
@@ -403,7 +411,7 @@ export class JobPanel {
   private readonly _error: HTMLDivElement;
   private readonly _reason: HTMLDivElement;
   private readonly _gpus: HTMLSpanElement;
-  private readonly _mode: HTMLSpanElement;
+  private readonly _kind: HTMLSpanElement;
   private readonly _progressText: HTMLSpanElement;
   private readonly _bar: HTMLDivElement;
   private readonly _barFill: HTMLDivElement;

@@ -2,8 +2,9 @@
  * A job's detail tab in the main area. The notebook job widget's panel
  * (JobPanel over a JobController: header, GPUs, progress, loss chart and
  * allocation timeline) is reused as is; this tab adds what a full page has
- * room for: the allocation changes, logs with per-process tabs and follow,
- * the spec, the artifacts, and actions that each ask for confirmation first.
+ * room for: the allocation changes (and a restart job's restarts), logs with
+ * per-process tabs and follow, the spec, the artifacts, and actions that each
+ * ask for confirmation first.
  */
 import { InputDialog } from '@jupyterlab/apputils';
 import { ServerConnection } from '@jupyterlab/services';
@@ -16,6 +17,7 @@ import {
   downloadUrl,
   listArtifacts,
   type IArtifact,
+  jobKind,
   restJobApi,
   webSocketFactory,
   reasonMessage,
@@ -30,6 +32,7 @@ import {
   clockTime,
   describeChange,
   describeFormed,
+  describeRestart,
   withFormedGroups
 } from './timeline';
 
@@ -277,13 +280,27 @@ export class JobDetail extends Widget {
     this._priority.disabled = frozen;
     this._maxGpus.disabled = frozen;
 
-    // Allocation changes.
+    // Allocation changes and restarts, newest first.
     const { x, y } = c.allocation.points;
-    const seen = `${x.length}/${c.formed.length}`;
+    const kind = job ? jobKind(job) : 'elastic';
+    const seen = `${x.length}/${c.formed.length}/${c.restarts.length}/${kind}`;
     if (seen !== this._changesSeen) {
       this._changesSeen = seen;
-      this._changes.replaceChildren(
-        ...withFormedGroups(allocationChanges(x, y), c.formed).map(change => {
+      const restarts = c.restarts.map(restart => {
+        const item = el('li', 'jp-edt-restart');
+        item.title = restart.reason;
+        item.dataset.gpus = String(restart.world_size ?? '');
+        item.dataset.cause = restart.cause;
+        // Workers killed after the grace lost the steps since their checkpoint.
+        item.classList.toggle('jp-mod-warn', restart.killed.length > 0);
+        item.append(
+          el('span', 'jp-edt-muted', clockTime(restart.time)),
+          document.createTextNode(` ${describeRestart(restart)}`)
+        );
+        return { time: restart.time, item };
+      });
+      const changes = withFormedGroups(allocationChanges(x, y), c.formed).map(
+        change => {
           const item = el('li', 'jp-edt-allocation-change');
           item.dataset.gpus = String(change.to);
           item.append(
@@ -291,13 +308,15 @@ export class JobDetail extends Widget {
             document.createTextNode(` ${describeChange(change)}`)
           );
           if (change.formed) {
-            item.append(
-              el('span', 'jp-edt-muted', ` · ${describeFormed(change.formed)}`)
-            );
+            const formed = describeFormed(change.formed, kind);
+            item.append(el('span', 'jp-edt-muted', ` · ${formed}`));
           }
-          return item;
-        })
+          return { time: change.time, item };
+        }
       );
+      // A restart follows the change that caused it: at the same time, above it.
+      const lines = [...restarts, ...changes].sort((a, b) => b.time - a.time);
+      this._changes.replaceChildren(...lines.map(line => line.item));
     }
 
     this._renderLogTabs();

@@ -1,7 +1,9 @@
 /**
  * The allocation timeline's list of changes: each allocation event that
- * changed the job's GPU count, as "when, from, to". Pure, tested on its own.
+ * changed the job's GPU count, as "when, from, to", and each restart of a
+ * restart job's workers. Pure, tested on its own.
  */
+import type { JobKind } from '../api';
 
 /** One change of a job's GPU count. */
 export interface IAllocationChange {
@@ -60,14 +62,52 @@ export function withFormedGroups(
   });
 }
 
-/** "training after 0.26 s (pause 0.04 s)". */
-export function describeFormed(group: IFormedGroup): string {
+/**
+ * "training after 0.26 s (pause 0.04 s)". A restart job's workers all restart,
+ * so no survivor pauses: its groups say only when training resumed.
+ */
+export function describeFormed(
+  group: IFormedGroup,
+  kind: JobKind = 'elastic'
+): string {
   const seconds = (s: number): string =>
     `${s < 10 ? s.toFixed(2) : s.toFixed(0)} s`;
-  const pause = `pause ${seconds(group.pause_s)}`;
+  const pause = kind === 'restart' ? '' : ` (pause ${seconds(group.pause_s)})`;
   return group.waited_s === null
-    ? `trained on (${pause})`
-    : `training after ${seconds(group.waited_s)} (${pause})`;
+    ? `trained on${pause}`
+    : `training after ${seconds(group.waited_s)}${pause}`;
+}
+
+/** A restart of every worker of a restart job (a `restart` event). */
+export interface IRestart {
+  /** The event's id; null when it had none. */
+  id: number | null;
+  /** Seconds since the epoch. */
+  time: number;
+  /** How many times the workers were restarted, this one included. */
+  count: number;
+  /** Why: 'resize' or 'failure'. */
+  cause: string;
+  /** The size every worker restarted at; null when not said. */
+  world_size: number | null;
+  /** Workers killed after the grace: their steps since the last checkpoint are lost. */
+  killed: string[];
+  /** What it did and lost, as the server words it. */
+  reason: string;
+}
+
+/** "restart 1 · resize → 2 GPUs", and "· ⚠ killed w1 (steps lost)" when some were. */
+export function describeRestart(restart: IRestart): string {
+  const { count, cause, world_size: size, killed } = restart;
+  const why = [
+    cause,
+    size === null ? '' : `→ ${size} GPU${size === 1 ? '' : 's'}`
+  ];
+  const parts = [`restart ${count}`, why.filter(Boolean).join(' ')];
+  if (killed.length > 0) {
+    parts.push(`⚠ killed ${killed.join(', ')} (steps lost)`);
+  }
+  return parts.filter(Boolean).join(' · ');
 }
 
 /** "grew 2 → 4", "shrank 4 → 2", "started on 4", "released 2". */

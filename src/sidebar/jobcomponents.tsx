@@ -11,7 +11,8 @@ import {
   type IJobRow
 } from '../jobs/state';
 import type { IJobsState } from '../jobs/model';
-import { runtimeMode } from '../api';
+import type { IJobInfo } from '../api';
+import { describeKind } from '../format';
 
 /** A job's state as a coloured badge (colours in style/base.css). */
 export function StateBadge(props: { state: string }): JSX.Element {
@@ -22,23 +23,19 @@ export function StateBadge(props: { state: string }): JSX.Element {
   );
 }
 
-/** Whether a job runs elastic or rigid, once it has started, and its restarts. */
-export function ModeTag(props: {
-  job: { state: string; elastic: boolean; restarts: number };
-}): JSX.Element | null {
-  const { job } = props;
-  if (job.state === 'QUEUED' && job.restarts === 0) {
-    return null; // not started: nothing is known of its program yet
-  }
-  const mode = runtimeMode(job);
+/** What a resize does to a job (its kind), and its restarts; text in describeKind. */
+export function KindTag(props: {
+  job: Pick<IJobInfo, 'spec' | 'state' | 'elastic' | 'restarts'>;
+}): JSX.Element {
+  const tag = describeKind(props.job);
   return (
     <span
-      className="jp-edt-mode-tag"
-      data-elastic={String(job.elastic)}
-      title={mode.title}
+      className="jp-edt-kind-tag"
+      data-kind={tag.kind}
+      data-fixed={String(tag.fixed)}
+      title={tag.title}
     >
-      {mode.label}
-      {job.restarts > 0 ? ` ↻${job.restarts}` : ''}
+      {tag.label}
     </span>
   );
 }
@@ -81,7 +78,7 @@ export function JobRow(props: {
         <span className="jp-edt-jobrow-gpus" title="GPUs held / most">
           {job.devices.length}/{job.max_gpus} GPUs
         </span>
-        <ModeTag job={job} />
+        <KindTag job={job} />
         <span className="jp-edt-jobrow-elapsed" title="Elapsed">
           {formatDuration(elapsedSeconds(job, props.now))}
         </span>

@@ -1,24 +1,40 @@
 /**
- * "Submit as elastic job…": the dialog (max GPUs, priority, arguments) and
- * the submission through POST /jobs. The file's text is read through the
- * Contents API, so a path relative to the file browser's root works with any
- * server root and base URL.
+ * "Submit as elastic job…": the dialog (kind, min and max GPUs, priority,
+ * arguments) and the submission through POST /jobs. The file's text is read
+ * through the Contents API, so a path relative to the file browser's root
+ * works with any server root and base URL.
  */
 import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import type { Contents } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
 import {
+  JOB_KINDS,
   PRIORITY_MAX,
   PRIORITY_MIN,
   reasonMessage,
   submitJob,
   type IJobSubmission,
-  type IJobInfo
+  type IJobInfo,
+  type JobKind
 } from '../api';
+import { el } from '../dom';
+import { KIND_TEXT } from '../format';
 import { checkForm, submission, type ISubmitForm } from './script';
 
-/** The dialog's body: three labelled inputs. */
+/** The line under a kind's choice: what program it takes, what a resize does. */
+export function kindChoiceText(kind: JobKind): string {
+  const { program, resize } = KIND_TEXT[kind];
+  return `${program.charAt(0).toUpperCase()}${program.slice(1)}; ${resize}.`;
+}
+
+let formCount = 0;
+
+/**
+ * The dialog's body: the kind (one radio each, with a line saying what it
+ * means) and labelled inputs; a line under them says what is wrong, if
+ * anything, as the user types.
+ */
 export class SubmitForm
   extends Widget
   implements Dialog.IBodyWidget<ISubmitForm>
@@ -26,8 +42,41 @@ export class SubmitForm
   constructor(path: string, defaults: Partial<ISubmitForm> = {}) {
     super();
     this.addClass('jp-edt-submit-form');
-    const intro = document.createElement('p');
-    intro.textContent = `Run ${path} as an elastic training job. It gets between 1 and "max GPUs" GPUs, as the scheduler shares them.`;
+    const prefix = `jp-edt-submit-${++formCount}`;
+    this.node.append(
+      el(
+        'p',
+        'jp-edt-submit-intro',
+        `Run ${path} as a training job. It gets between "Min GPUs" and "Max GPUs" GPUs, as the scheduler shares them.`
+      )
+    );
+
+    // The kind: a radio group with a legend, each choice described.
+    const kinds = el('fieldset', 'jp-edt-submit-kind');
+    kinds.append(el('legend', 'jp-edt-field-label', 'Kind'));
+    const chosen = defaults.kind ?? 'elastic';
+    this._kinds = JOB_KINDS.map(kind => {
+      const choice = el('div', 'jp-edt-submit-kind-choice');
+      const label = el('label', 'jp-edt-submit-kind-label');
+      const input = el('input', `jp-edt-submit-kind-${kind}`);
+      input.type = 'radio';
+      input.name = `${prefix}-kind`;
+      input.value = kind;
+      input.checked = kind === chosen;
+      const help = el('div', 'jp-edt-submit-kind-help');
+      help.id = `${prefix}-kind-${kind}`;
+      help.textContent = kindChoiceText(kind);
+      input.setAttribute('aria-describedby', help.id);
+      label.append(input, document.createTextNode(` ${kind}`));
+      choice.append(label, help);
+      kinds.append(choice);
+      return input;
+    });
+    this.node.append(kinds);
+
+    this._minGpus = this._input('Min GPUs', 'number', 'jp-edt-submit-min-gpus');
+    this._minGpus.min = '1';
+    this._minGpus.value = String(defaults.minGpus ?? 1);
     this._maxGpus = this._input('Max GPUs', 'number', 'jp-edt-submit-max-gpus');
     this._maxGpus.min = '1';
     this._maxGpus.value = String(defaults.maxGpus ?? 2);
@@ -42,15 +91,42 @@ export class SubmitForm
     this._args = this._input('Arguments', 'text', 'jp-edt-submit-args');
     this._args.placeholder = '--epochs 3 --lr 0.1';
     this._args.value = defaults.args ?? '';
-    this.node.prepend(intro);
+
+    this._problem = el('div', 'jp-edt-submit-problem jp-edt-error');
+    this._problem.setAttribute('aria-live', 'polite');
+    this.node.append(this._problem);
+    this.node.addEventListener('input', () => this.check());
+    this.check();
   }
 
   getValue(): ISubmitForm {
     return {
+      kind: (this._kinds.find(input => input.checked)?.value ??
+        'elastic') as JobKind,
+      minGpus: Number(this._minGpus.value),
       maxGpus: Number(this._maxGpus.value),
       priority: Number(this._priority.value),
       args: this._args.value
     };
+  }
+
+  /**
+   * Say what is wrong with the values now (nothing: the line is hidden), and
+   * keep Min GPUs' range at 1 to Max GPUs.
+   *
+   * @returns the problem, or null
+   */
+  check(): string | null {
+    const max = Number(this._maxGpus.value);
+    if (Number.isInteger(max) && max >= 1) {
+      this._minGpus.max = String(max);
+    } else {
+      this._minGpus.removeAttribute('max');
+    }
+    const problem = checkForm(this.getValue());
+    this._problem.textContent = problem ?? '';
+    this._problem.hidden = problem === null;
+    return problem;
   }
 
   private _input(
@@ -58,61 +134,78 @@ export class SubmitForm
     type: string,
     className: string
   ): HTMLInputElement {
-    const field = document.createElement('label');
-    field.className = 'jp-edt-field';
-    const text = document.createElement('span');
-    text.className = 'jp-edt-field-label';
-    text.textContent = label;
-    const input = document.createElement('input');
+    const field = el('label', 'jp-edt-field');
+    const input = el('input', `jp-mod-styled ${className}`);
     input.type = type;
-    input.className = `jp-mod-styled ${className}`;
-    field.append(text, input);
+    field.append(el('span', 'jp-edt-field-label', label), input);
     this.node.append(field);
     return input;
   }
 
+  private readonly _kinds: HTMLInputElement[];
+  private readonly _minGpus: HTMLInputElement;
   private readonly _maxGpus: HTMLInputElement;
   private readonly _priority: HTMLInputElement;
   private readonly _args: HTMLInputElement;
+  private readonly _problem: HTMLDivElement;
 }
+
+/** How submitFile asks the user and tells them; dialogs by default, answers in tests. */
+export interface ISubmitUi {
+  /** The form's values, or null when the user gave up. */
+  ask(
+    path: string,
+    defaults: Partial<ISubmitForm>
+  ): Promise<ISubmitForm | null>;
+  /** Tell the user why the job was not submitted. */
+  alert(title: string, message: string): Promise<void>;
+}
+
+/** JupyterLab dialogs. */
+export const dialogUi: ISubmitUi = {
+  async ask(path, defaults) {
+    const result = await showDialog({
+      title: 'Submit as elastic job',
+      body: new SubmitForm(path, defaults),
+      buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Submit' })],
+      focusNodeSelector: '.jp-edt-submit-max-gpus'
+    });
+    return result.button.accept ? result.value : null;
+  },
+  async alert(title, message) {
+    await showErrorMessage(title, message);
+  }
+};
 
 /**
  * Ask for the job's settings, read the file and submit it; the dialog comes
- * back with its values (and the reason) when the server refuses them.
+ * back with its values (and the reason) when they are wrong.
  *
  * @returns the job, or null when the user gave up
  */
 export async function submitFile(
   path: string,
   contents: Contents.IManager,
-  submit: (spec: IJobSubmission) => Promise<IJobInfo> = spec => submitJob(spec)
+  submit: (spec: IJobSubmission) => Promise<IJobInfo> = spec => submitJob(spec),
+  ui: ISubmitUi = dialogUi
 ): Promise<IJobInfo | null> {
   let defaults: Partial<ISubmitForm> = {};
   for (;;) {
-    const result = await showDialog({
-      title: 'Submit as elastic job',
-      body: new SubmitForm(path, defaults),
-      buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Submit' })],
-      focusNodeSelector: 'input'
-    });
-    if (!result.button.accept || result.value === null) {
+    const form = await ui.ask(path, defaults);
+    if (form === null) {
       return null;
     }
-    const form = result.value;
     defaults = form;
     const problem = checkForm(form);
     if (problem !== null) {
-      await showErrorMessage('Cannot submit the job', problem);
+      await ui.alert('Cannot submit the job', problem);
       continue;
     }
     try {
       const model = await contents.get(path, { content: true });
       return await submit(submission(path, model.content, form));
     } catch (reason) {
-      await showErrorMessage(
-        'The job was not submitted',
-        reasonMessage(reason)
-      );
+      await ui.alert('The job was not submitted', reasonMessage(reason));
       return null;
     }
   }

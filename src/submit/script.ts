@@ -4,7 +4,13 @@
  * `!shell`) cannot run in a plain Python worker, so they are kept as comments
  * and the job's line numbers still point at the cell's code. Pure functions.
  */
-import { PRIORITY_MAX, PRIORITY_MIN, type IJobSubmission } from '../api/types';
+import {
+  JOB_KINDS,
+  PRIORITY_MAX,
+  PRIORITY_MIN,
+  type IJobSubmission,
+  type JobKind
+} from '../api/types';
 
 /** The notebook shape read here (nbformat 4). */
 export interface INotebookLike {
@@ -18,6 +24,10 @@ export function isSubmittable(path: string): boolean {
 
 /** The form's values. */
 export interface ISubmitForm {
+  /** What a resize does to the job. */
+  kind: JobKind;
+  /** The fewest GPUs it runs on (a restart job is resized between min and max). */
+  minGpus: number;
   maxGpus: number;
   priority: number;
   /** Command-line arguments, split like a shell would (quotes kept together). */
@@ -70,6 +80,15 @@ export function checkForm(form: ISubmitForm): string | null {
   if (!Number.isInteger(form.maxGpus) || form.maxGpus < 1) {
     return 'Max GPUs must be a whole number of at least 1.';
   }
+  if (!Number.isInteger(form.minGpus) || form.minGpus < 1) {
+    return 'Min GPUs must be a whole number of at least 1.';
+  }
+  if (form.minGpus > form.maxGpus) {
+    return `Min GPUs (${form.minGpus}) must not exceed Max GPUs (${form.maxGpus}).`;
+  }
+  if (!JOB_KINDS.includes(form.kind)) {
+    return `Kind must be one of ${JOB_KINDS.join(', ')}.`;
+  }
   if (
     !Number.isInteger(form.priority) ||
     form.priority < PRIORITY_MIN ||
@@ -100,6 +119,8 @@ export function submission(
     code,
     entrypoint: notebook ? 'main.py' : name,
     args: splitArgs(form.args),
+    kind: form.kind,
+    min_gpus: form.minGpus,
     max_gpus: form.maxGpus,
     priority: form.priority
   };

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -163,3 +164,126 @@ def test_auto_max_and_reports_reach_the_policy(tiny, monkeypatch, apps, name):
         assert job.max_gpus == min(8, scalable if name == "goodput" else replicas)
     later = [j for jobs in calls[1:] for j in jobs if j.current]
     assert later and all(j.remaining_steps is not None and j.throughput for j in later)
+
+
+# ---- kinds of job: elastic, restart, rigid ---------------------------------------------------
+
+MIX = "elastic=0.5,restart=0.3,rigid=0.2"
+
+
+def test_kinds_are_assigned_in_exact_shares_by_seed():
+    mix = sim.parse_mix(MIX)
+    kinds = sim.assign_kinds(160, mix, seed=0)
+    assert [kinds.count(k) for k in sim.KINDS] == [80, 48, 32]
+    assert sim.assign_kinds(160, mix, seed=0) == kinds  # the same jobs under every policy
+    assert sim.assign_kinds(160, mix, seed=1) != kinds
+    assert sorted(sim.assign_kinds(6, mix, seed=0)) == sorted(
+        ["elastic"] * 3 + ["restart"] * 2 + ["rigid"]
+    )
+    assert sim.assign_kinds(5, None, seed=0) == ["elastic"] * 5
+    assert sim.parse_mix("restart=2,rigid=2") == {"restart": 0.5, "rigid": 0.5}
+    for bad, message in [("lazy=1", "kinds are"), ("rigid=x", "must be a number"),
+                         ("rigid=-1", "0 or more"), ("rigid=0", "not all be 0")]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            sim.parse_mix(bad)
+
+
+def test_a_restart_job_pays_its_restart_cost_per_resize(apps):
+    """Under our policies a running restart job pays --restart-cost per change of its devices,
+    an elastic one --rescale-cost, any job --start-cost to start; the baselines pay the
+    published restart. The pause is time without progress."""
+    opts = sim.Options(policy="fair-share", restart_cost=42.0, rescale_cost=0.5, start_cost=30.0)
+    job = sim.SimJob("j", apps["cifar10"], 0.0, replicas=2, batch=128, max_gpus=4, kind="restart")
+    assert sim.change_cost(job, opts) == 30.0
+    job.assign(("g0",), (1,), 0.0, sim.change_cost(job, opts))
+    assert sim.change_cost(job, opts) == 42.0
+    job.advance(0.0, 30.0)
+    assert job.progress == 0.0 and job.pause == 0.0
+    job.assign(("g0", "g1"), (2,), 30.0, sim.change_cost(job, opts))
+    assert job.pause == 42.0 and job.rescales == 1
+    job.advance(30.0, 42.0)
+    assert job.progress == 0.0  # the whole restart without progress
+    job.advance(72.0, 1.0)
+    assert job.progress > 0.0
+    elastic = sim.SimJob("e", apps["cifar10"], 0.0, 2, 128, 4, alloc=("g1",))
+    assert sim.change_cost(elastic, opts) == 0.5
+    assert sim.change_cost(job, replace(opts, policy="static")) == 42.0
+    # the defaults: the published 30 s for the baselines, 10 s for restart jobs
+    assert sim.Options(policy="tiresias").restart_s() == sim.PUBLISHED_RESTART_S == 30.0
+    assert sim.Options(policy="goodput").restart_s() == sim.DEFAULT_RESTART_KIND_S == 10.0
+
+
+def test_a_dearer_restart_costs_restart_jobs_time_and_the_policy_resizes_them_less(tiny):
+    runs = {
+        cost: sim.simulate(
+            tiny, sim.Options(policy="fair-share", nodes=2, mix={"restart": 1.0}, restart_cost=cost)
+        )
+        for cost in (0.0, 600.0)
+    }
+    assert runs[0.0]["rescales"] > runs[600.0]["rescales"]
+    assert runs[600.0]["by_kind"]["restart"]["jobs"] == 6
+    elastic = sim.simulate(tiny, sim.Options(policy="fair-share", nodes=2, restart_cost=600.0))
+    assert elastic["by_kind"].keys() == {"elastic"}  # no mix: the restart cost plays no part
+    assert (
+        elastic["avg_jct_s"] == sim.simulate(tiny, sim.Options("fair-share", nodes=2))["avg_jct_s"]
+    )
+
+
+@pytest.mark.parametrize("name", ["fair-share", "goodput"])
+def test_a_mix_runs_and_reports_jct_per_kind(tiny, capsys, name):
+    argv = ["--policy", name, "--workload", str(tiny), "--nodes", "2", "--mix", MIX, "--json"]
+    assert sim.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    kinds = out["by_kind"]
+    assert kinds.keys() == {"elastic", "restart", "rigid"}
+    assert [kinds[k]["jobs"] for k in sim.KINDS] == [3, 2, 1]
+    assert out["mix"] == pytest.approx({"elastic": 0.5, "restart": 0.3, "rigid": 0.2})
+    assert out["restart_cost_s"] == 10.0 and out["restart_interval_s"] == 60.0
+    assert kinds["rigid"]["rescales"] == 0
+    for row in kinds.values():
+        assert 0 < row["avg_jct_s"] <= row["p99_jct_s"] <= row["max_jct_s"] <= out["max_jct_s"]
+    jcts = sum(kinds[k]["avg_jct_s"] * kinds[k]["jobs"] for k in kinds) / 6
+    assert jcts == pytest.approx(out["avg_jct_s"])
+    with pytest.raises(SystemExit):
+        sim.main(["--mix", "lazy=1"])
+    assert "kinds are elastic, restart, rigid" in capsys.readouterr().err
+
+
+def test_the_policy_is_told_each_kind_as_the_service_would(tiny, monkeypatch):
+    """Restart jobs carry their restart cost and the counts that divide their batch, rigid
+    ones their exact count; allocate gets the restart interval; rigid jobs never change."""
+    calls = []
+
+    def spy(jobs, devices, policy_name, **kw):
+        jobs = list(jobs)
+        out = policy.allocate(jobs, devices, policy_name, **kw)
+        calls.append((jobs, kw, out))
+        return out
+
+    monkeypatch.setattr(sim, "allocate", spy)
+    opts = sim.Options(
+        policy="fair-share", nodes=2, mix=sim.parse_mix(MIX), restart_cost=25.0,
+        restart_interval=120.0,
+    )  # fmt: skip
+    sim.simulate(tiny, opts)
+    with tiny.open(newline="") as f:
+        rows = {r["name"]: r for r in csv.DictReader(f)}
+    seen = set()
+    for jobs, kw, out in calls:
+        assert kw["restart_interval"] == 120.0
+        for job in jobs:
+            batch, replicas = int(rows[job.id]["batch_size"]), int(rows[job.id]["num_replicas"])
+            if job.restarts:
+                seen.add("restart")
+                assert job.restart_cost_s == 25.0 and job.rigid is False
+                assert job.sizes and all(batch % n == 0 for n in job.sizes)
+                assert not out[job.id] or batch % len(out[job.id]) == 0
+            elif job.rigid:
+                seen.add("rigid")
+                assert job.min_gpus == job.max_gpus == min(8, replicas)
+                if job.current:  # once started, exactly its devices
+                    assert out[job.id] == list(job.current)
+            else:
+                seen.add("elastic")
+                assert job.restart_cost_s is None and job.sizes is None
+    assert seen == {"elastic", "restart", "rigid"}

@@ -10,14 +10,16 @@ import os
 import pytest
 
 from jupyter_edt.compat.plugin import WMLAPlugin
-from jupyter_edt.compat.wmla import EXEC_KIND, ExecInfo, exec_annotations, exec_info
+from jupyter_edt.compat.wmla import EXEC_SURFACE, ExecInfo, exec_annotations, exec_info
 from jupyter_edt.jobs.models import Job, JobSpec, SpecError
 from jupyter_edt.jobs.store import JobStore
 from jupyter_edt.runtime.jobdir import JobDir
 from jupyter_edt.runtime.worker import WORKER_SETUP_ENV, run_setup
 
 NATIVE = JobSpec.from_dict({"code": "print(1)", "max_gpus": 1})
-EXEC = dataclasses.replace(NATIVE, kind=EXEC_KIND, annotations=exec_annotations("mnist", "--x"))
+EXEC = dataclasses.replace(
+    NATIVE, surface=EXEC_SURFACE, annotations=exec_annotations("mnist", "--x")
+)
 
 
 def job(spec: JobSpec) -> Job:
@@ -28,18 +30,27 @@ def job(spec: JobSpec) -> Job:
     return record
 
 
-def test_an_exec_is_marked_by_its_kind_and_stored_execs_by_their_old_env_markers():
+def test_an_exec_is_marked_by_its_surface_and_stored_execs_by_their_old_env_markers():
     assert exec_info(EXEC) == ExecInfo("mnist", "--x")
     assert exec_info(NATIVE) is None
     legacy = {**NATIVE.to_dict(), "env": {"EDT_WMLA_MODEL_DIR": "m", "EDT_WMLA_ARGS": "a"}}
-    del legacy["kind"], legacy["annotations"]  # a record stored before the fields existed
+    for key in ("surface", "kind", "annotations"):
+        del legacy[key]  # a record stored before the fields existed
     assert exec_info(JobSpec.from_stored(legacy)) == ExecInfo("m", "a")
 
 
-@pytest.mark.parametrize("field", ["kind", "annotations"])
+def test_an_exec_stored_before_jobs_had_kinds_keeps_its_surface_and_is_elastic():
+    stored = {**EXEC.to_dict(), "kind": EXEC_SURFACE}
+    del stored["surface"]
+    spec = JobSpec.from_stored(stored)
+    assert (spec.surface, spec.kind) == (EXEC_SURFACE, "elastic")
+    assert exec_info(spec) == ExecInfo("mnist", "--x")
+
+
+@pytest.mark.parametrize("field", ["surface", "annotations"])
 def test_a_user_cannot_make_a_job_an_exec(field):
     with pytest.raises(SpecError, match="is not a job field") as caught:
-        JobSpec.from_dict({"code": "x", "max_gpus": 1, field: EXEC_KIND})
+        JobSpec.from_dict({"code": "x", "max_gpus": 1, field: EXEC_SURFACE})
     assert caught.value.field == field
 
 

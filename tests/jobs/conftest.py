@@ -9,10 +9,3 @@ import pytest
 def edt_config() -> dict:
     """4 virtual GPUs, and a job may be rescaled at any moment."""
     return {"devices": "virtual", "virtual_gpus": 4, "min_rescale_interval": 0.0}
-
-
-@pytest.fixture
-def edt_app(jp_serverapp):
-    """The live server's jupyter_edt extension: its job service, store and device monitor."""
-    (app,) = jp_serverapp.extension_manager.extension_apps["jupyter_edt"]
-    return app

@@ -22,3 +22,16 @@ def test_remaining_steps_and_speed_per_gpu_count_are_learnt_from_records():
     book.observe("j", [{"type": "step", "global_step": 5, "world_size": 4, "step_s": 0.5}])
     assert progress.steps_per_s[4] == 0.8 * 4.0 + 0.2 * 2.0  # smoothed, not replaced
     assert book.get("other") is None
+
+
+def test_a_restart_costs_from_its_decision_to_the_first_step_of_the_next_run():
+    book = ProgressBook()
+    book.observe("j", [{"type": "step", "global_step": 4, "run": "a", "time": 100.0}])
+    book.restart_asked("j", 101.0)
+    # the old run's workers finish the step they were in after the decision: not the restart
+    book.observe("j", [{"type": "step", "global_step": 5, "run": "a", "time": 101.5}])
+    assert book.get("j").restart_cost_s is None
+    book.observe("j", [{"type": "step", "global_step": 6, "run": "a.1", "time": 108.0}])
+    assert book.get("j").restart_cost_s == 7.0
+    book.observe("j", [{"type": "step", "global_step": 7, "run": "a.1", "time": 108.5}])
+    assert book.get("j").restart_cost_s == 7.0  # measured once per restart

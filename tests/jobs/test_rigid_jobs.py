@@ -92,7 +92,10 @@ async def test_priority_stops_a_rigid_job_at_once_and_it_starts_over_later(
     )
     stopped = await api(jp_fetch, "alice", "jobs", low["id"])
     assert stopped["state"] == "SUSPENDED"
-    assert "rigid and cannot checkpoint: stopping it" in stopped["reason"]
+    assert (
+        "rigid (its program does not use the elastic runtime) and cannot checkpoint: stopping it"
+        in stopped["reason"]
+    )
     queued = await wait_for(jp_fetch, "alice", low["id"], lambda j: j["state"] == "QUEUED", "Q")
     assert queued["devices"] == []
     final = d.read_status()

@@ -353,6 +353,9 @@ class Reports:
     async def job_elastic(self, job_id: str) -> None:
         pass
 
+    async def job_restarted(self, job_id: str, restart: Mapping[str, Any]) -> None:
+        pass
+
     async def job_lost(self, job_id: str, why: str, log_tail: str = "") -> None:
         self.ended[job_id] = ("lost", why, log_tail)
 

@@ -33,9 +33,8 @@ def cli(http_server, jp_serverapp, monkeypatch):
 async def test_submit_list_and_cancel_with_zero_configuration(cli, capsys, tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import sys; print(sys.argv)\n")
-    assert (
-        await cli("submit", str(script), "--max-gpus", "2", "--epochs", "3", "--", "--lr", "1") == 0
-    )
+    argv = ["--kind", "rigid", "--max-gpus", "2", "--epochs", "3", "--", "--lr", "1"]
+    assert await cli("submit", str(script), *argv) == 0
     out = capsys.readouterr().out
     assert out.startswith("Submitted job ") and out.rstrip().endswith("(train): QUEUED")
     job_id = out.split()[2]
@@ -44,12 +43,12 @@ async def test_submit_list_and_cancel_with_zero_configuration(cli, capsys, tmp_p
     [job] = json.loads(capsys.readouterr().out)
     assert (job["id"], job["max_gpus"], job["spec"]["args"]) == (job_id, 2, ["--lr", "1"])
     assert job["spec"]["env"] == {"EDT_EPOCHS": "3"}
-    assert job["spec"]["entrypoint"] == "train.py"
+    assert job["spec"]["entrypoint"] == "train.py" and job["spec"]["kind"] == "rigid"
 
     assert await cli("list") == 0
     header, row = capsys.readouterr().out.splitlines()
     assert header.split()[:4] == ["ID", "NAME", "STATE", "GPUS"]
-    assert row.split()[:4] == [job_id, "train", "QUEUED", "0/2"]
+    assert row.split()[:5] == [job_id, "train", "QUEUED", "0/2", "rigid"]
 
     assert await cli("cancel", job_id) == 0
     assert capsys.readouterr().out == f"Cancelled job {job_id} (train).\n"

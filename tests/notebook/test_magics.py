@@ -65,13 +65,13 @@ async def test_every_option_reaches_the_job(connected, alice, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     job = await submit(
         connected,
-        "--name digits --max-gpus 4 --min-gpus 2 --priority 5 --epochs 3 "
+        "--name digits --max-gpus 4 --min-gpus 2 --priority 5 --kind restart --epochs 3 "
         "--effective-batch-size 64 --checkpoint-every 0 --data-dir data "
         "--env A=1 B='two words' --env C=x=y",
     )
     assert isinstance(job, Job) and job.state == "QUEUED"
     assert (job.name, job.max_gpus, job.min_gpus, job.priority) == ("digits", 4, 2, 5)
-    assert job.spec["code"] == "print('hi')\n"
+    assert job.spec["code"] == "print('hi')\n" and job.spec["kind"] == "restart"
     assert job.spec["env"] == {
         "A": "1",
         "B": "two words",
@@ -88,7 +88,7 @@ async def test_defaults_and_the_notebook_name(connected, monkeypatch):
     monkeypatch.setenv("JPY_SESSION_NAME", "/home/ann/work/Train digits.ipynb")
     job = await submit(connected, "")
     assert (job.name, job.max_gpus, job.min_gpus, job.priority) == ("Train digits", 1, 1, 0)
-    assert job.spec["env"] == {}
+    assert job.spec["env"] == {} and job.spec["kind"] == "elastic"
 
 
 @pytest.mark.parametrize(
@@ -101,6 +101,7 @@ async def test_defaults_and_the_notebook_name(connected, monkeypatch):
         ("--epochs 0", "--epochs must be at least 1"),
         ("--effective-batch-size -4", "--effective-batch-size must be at least 1"),
         ("--checkpoint-every -1", "--checkpoint-every must be at least 0"),
+        ("--kind spot", "argument --kind: invalid choice: 'spot'"),
         ("--env NOEQUALS", "--env: expected NAME=VALUE"),
         ("--env LOG_DIR=/x", "--env: LOG_DIR is set by jupyter-edt"),
         ("--colour red", "unrecognized arguments: --colour red"),
@@ -178,9 +179,9 @@ async def test_edt_jobs_lists_a_table_and_edt_cancel_cancels(connected, alice, c
     table = await run(connected.run_line_magic, "edt_jobs", "")
     assert isinstance(table, JobTable) and [j.id for j in table] == [second.id, first.id]
     lines = repr(table).splitlines()
-    head = ["ID", "NAME", "STATE", "GPUS", "MODE", "PRIORITY", "AGE", "REASON"]
+    head = ["ID", "NAME", "STATE", "GPUS", "KIND", "PRIORITY", "AGE", "REASON"]
     assert lines[0].split() == head
-    assert lines[1].split()[:6] == [second.id, "second", "QUEUED", "0/3", "-", "0"]
+    assert lines[1].split()[:6] == [second.id, "second", "QUEUED", "0/3", "elastic", "0"]
     assert "<table" in table._repr_html_() and second.id in table._repr_html_()
 
     await run(connected.run_line_magic, "edt_cancel", first.id)
@@ -323,13 +324,30 @@ async def test_kernels_of_the_server_have_the_magics_without_load_ext(jp_servera
     assert await kernel_prints(jp_serverapp.kernel_manager, MAGIC_LOADED) == loaded
 
 
-def test_the_table_says_whether_a_started_job_is_elastic_or_rigid_and_its_restarts():
+def test_the_table_says_each_jobs_kind_whether_it_runs_fixed_and_its_restarts():
     base = {"name": "n", "min_gpus": 1, "max_gpus": 2, "priority": 0, "created": 0.0}
     jobs = [
         {"id": "q", "state": "QUEUED", "elastic": False, "restarts": 0, "devices": []},
         {"id": "r", "state": "RUNNING", "elastic": False, "restarts": 0, "devices": ["g0"]},
         {"id": "e", "state": "RUNNING", "elastic": True, "restarts": 2, "devices": ["g1"]},
         {"id": "w", "state": "QUEUED", "elastic": True, "restarts": 1, "devices": []},
+        {
+            "id": "t",
+            "state": "RUNNING",
+            "elastic": False,
+            "restarts": 0,
+            "devices": ["g2"],
+            "spec": {"kind": "restart"},
+        },
+        {
+            "id": "g",
+            "state": "QUEUED",
+            "elastic": False,
+            "restarts": 0,
+            "devices": [],
+            "spec": {"kind": "rigid"},
+        },
     ]
     table = JobTable(Job(EDTClient("http://127.0.0.1:9", "t"), {**base, **j}) for j in jobs)
-    assert [row[4] for row in table.rows()] == ["-", "rigid", "elastic+2", "elastic+1"]
+    kinds = [row[4] for row in table.rows()]
+    assert kinds == ["elastic", "fixed", "elastic+2", "elastic+1", "restart", "rigid"]

@@ -16,6 +16,7 @@ from edtservice import ServiceProcess, call
 from jobprograms import (
     DEADLINE_S,
     FINAL_MODEL,
+    ddp_program,
     elastic,
     exact_program,
     program,
@@ -158,6 +159,40 @@ def test_a_worker_on_a_ray_node_sees_the_jobs_whole_environment(cluster, service
         assert copy != str(service.root / "jobs" / job["id"])  # ran in a copy...
         for name in ("DATA_DIR", "LOG_DIR", "DLI_WORK_DIR", "SAVED_MODEL_DIR"):
             assert s[name].startswith(copy + "/"), (name, s[name], copy)  # ...every path in it
+
+
+def test_an_unmodified_ddp_program_runs_rigid_across_both_nodes(cluster, service):
+    """torchrun's contract across nodes: ranks node by node, each node's local ranks from 0,
+    one master every node reaches; the group forms over the network and reads distinct
+    shards."""
+    job = api(
+        service,
+        "POST",
+        "jobs",
+        {"code": ddp_program(), "max_gpus": 4, "name": "ddp", "kind": "rigid"},
+    )
+    done = finished(service, job["id"])
+    assert done["state"] == "SUCCEEDED", said(service, done["id"])
+    d = service.root / "jobs" / job["id"]
+    ranks = sorted(
+        (json.loads(p.read_text()) for p in (d / "result").glob("start0-rank*.json")),
+        key=lambda r: r["rank"],
+    )
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3] and all(r["done"] for r in ranks)
+    worker_device = json.loads((d / "status.json").read_text())["workers"]
+    devices = {x["id"]: x for x in api(service, "GET", "cluster")["devices"]}
+    nodes = [devices[worker_device[r["worker"]]]["node"] for r in ranks]
+    assert nodes[0] == nodes[1] != nodes[2] == nodes[3]  # ranks ordered by node
+    env = [r["env"] for r in ranks]
+    assert [(e["GROUP_RANK"], e["LOCAL_RANK"]) for e in env] == [
+        ("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")
+    ]  # fmt: skip
+    assert {(e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["GROUP_WORLD_SIZE"]) for e in env} == {
+        ("4", "2", "2")
+    }
+    assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in env}) == 1
+    shards = [set(r["seen"]) for r in ranks]
+    assert sum(len(s) for s in shards) == 64 and set().union(*shards) == set(range(64))
 
 
 def events_of(service, job_id: str, kinds: set[str]) -> list[dict]:

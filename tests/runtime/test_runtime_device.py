@@ -229,3 +229,18 @@ def test_gpu_check_without_cuda_says_so_and_passes() -> None:
         env=env,
     )
     assert strict.returncode == 2 and json.loads(strict.stdout)["ok"] is False
+
+
+@pytest.mark.parametrize(("local_rank", "expected"), [(0, "cuda:0"), (1, "cuda:1"), (3, "cuda:3")])
+def test_a_worker_trains_on_its_local_ranks_gpu_among_its_nodes_visible_ones(
+    local_rank: int, expected: str
+) -> None:
+    """The job's GPUs on a node are visible in local-rank order, as under torchrun."""
+    got = select_device(
+        "auto",
+        in_job=True,
+        visible="GPU-a,GPU-b,GPU-c,GPU-d",
+        cuda_available=True,
+        local_rank=local_rank,
+    )
+    assert got == expected

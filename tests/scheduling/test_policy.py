@@ -22,6 +22,7 @@ from jupyter_edt.scheduling.policy import (
     Priority,
     ShareRules,
     allocate,
+    allowed_counts,
     knee,
     throughput_curve,
 )
@@ -85,6 +86,65 @@ def rigid_clusters(draw):
     return jobs, [d for d in devices if d.id not in gone]
 
 
+@st.composite
+def kind_clusters(draw, gone: bool = True):
+    """Clusters with the three kinds of job: elastic, restart (a restart cost; allowed sizes
+    or not, each of which may leave out what it holds) and rigid (running ones), with reports
+    or without, and (`gone`) some devices perhaps vanished."""
+    jobs, devices = draw(st.one_of(clusters(), goodput_clusters()))
+    out = []
+    for job in jobs:
+        kind = draw(st.sampled_from(["elastic", "restart", "rigid"]))
+        if kind == "rigid" and job.current:
+            out.append(replace(job, rigid=True))
+            continue
+        sizes = None
+        if draw(st.booleans()):
+            sizes = draw(st.sets(st.integers(1, 8), min_size=1, max_size=4))
+            if not any(job.min_gpus <= n <= job.max_gpus for n in sizes):
+                sizes.add(draw(st.integers(job.min_gpus, job.max_gpus)))
+        cost = draw(st.floats(0.0, 120.0)) if kind == "restart" else None
+        out.append(replace(job, sizes=sizes and tuple(sizes), restart_cost_s=cost))
+    lost = set()
+    if gone and devices and draw(st.booleans()):
+        lost = draw(st.sets(st.sampled_from([d.id for d in devices])))
+    return out, [d for d in devices if d.id not in lost]
+
+
+def held_restart(job: JobDemand, devices: list[DeviceSlot]) -> int:
+    """The count a restart job runs at and may keep (0: it is counted like any job: it holds
+    nothing, lost a device, or holds a count outside its allowed ones)."""
+    n = len(job.current)
+    present = {d.id for d in devices}
+    if not job.restarts or not n or not set(job.current) <= present:
+        return 0
+    return n if n in allowed_counts(job) else 0
+
+
+def pays(job: JobDemand, n: int, m: int) -> bool:
+    """Reference: growing from n to m saves more than twice the restart, or the gain is
+    unknown (no remaining steps or no throughput reported)."""
+    if job.remaining_steps is None or not job.throughput:
+        return True
+    curve = throughput_curve(job)
+    saved = job.remaining_steps / curve[n] - job.remaining_steps / curve[m]
+    return saved > 2 * job.restart_cost_s
+
+
+def recent(job: JobDemand, now: float, interval: float) -> bool:
+    return job.last_rescale is not None and now - job.last_rescale < interval
+
+
+def may_take(job: JobDemand, h: int, m: int, now: float, interval: float) -> bool:
+    """Whether `job`, a restart job running at `h` (0: counted like any job), may be given `m`
+    devices: one of its sizes, and past `h` only once its interval is over, when it pays."""
+    if m not in allowed_counts(job):
+        return False
+    if not h or m <= h:
+        return True
+    return not recent(job, now, interval) and pays(job, h, m)
+
+
 #: Fair-share and priority read remaining steps and throughput only to order ties, so their
 #: properties must hold whether jobs report them or not.
 any_clusters = st.one_of(clusters(), goodput_clusters())
@@ -100,10 +160,22 @@ def totals(result, jobs, key):
 
 
 @settings(max_examples=300, deadline=None)
-@given(any_clusters, policies, st.sampled_from([0.0, 30.0]))
-def test_no_device_twice_and_min_max_respected(case, policy, interval):
+@given(
+    st.one_of(any_clusters, kind_clusters()),
+    all_policies,
+    st.sampled_from([0.0, 30.0]),
+    st.sampled_from([0.0, 60.0]),
+)
+def test_no_device_twice_and_min_max_respected(case, policy, interval, restart_interval):
     jobs, devices = case
-    result = allocate(jobs, devices, policy, now=100.0, min_rescale_interval=interval)
+    result = allocate(
+        jobs,
+        devices,
+        policy,
+        now=100.0,
+        min_rescale_interval=interval,
+        restart_interval=restart_interval,
+    )
     assert set(result) == {j.id for j in jobs}
     given_out = [d for ids in result.values() for d in ids]
     assert len(given_out) == len(set(given_out))
@@ -124,6 +196,33 @@ def test_work_conserving(case, policy, interval):
         for job in jobs:
             if result[job.id] and not job.rigid:
                 assert len(result[job.id]) == job.max_gpus
+
+
+@settings(max_examples=400, deadline=None)
+@given(kind_clusters(), policies, st.sampled_from([0.0, 30.0]), st.sampled_from([0.0, 60.0]))
+def test_work_conserving_but_for_restart_holds_and_sizes(case, policy, interval, restart_interval):
+    """The documented exceptions to work conservation: a device idles while an admitted job is
+    below its max only when the job is rigid, or no count it may take this time fits in what
+    idles: one of its sizes, and for a running restart job, its count now or less, or a larger
+    one only once its interval has passed and the gain pays for the restart."""
+    jobs, devices = case
+    now = 100.0
+    result = allocate(
+        jobs,
+        devices,
+        policy,
+        now=now,
+        min_rescale_interval=interval,
+        restart_interval=restart_interval,
+    )
+    idle = len(devices) - sum(len(ids) for ids in result.values())
+    for job in jobs:
+        n = len(result[job.id])
+        if not idle or not n or job.rigid:
+            continue
+        h = held_restart(job, devices)
+        more = range(n + 1, n + idle + 1)
+        assert not any(may_take(job, h, m, now, restart_interval) for m in more), (job, n, idle)
 
 
 @settings(max_examples=400, deadline=None)
@@ -712,3 +811,296 @@ def test_a_user_with_three_jobs_gives_one_up_for_a_user_with_one(policy):
     small = replace(bo, max_gpus=1)
     result = allocate([*ana, small], slots(4), policy)
     assert all(result[j.id] for j in ana) and len(result["b"]) == 1
+
+
+# ---- restart jobs and allowed sizes --------------------------------------------------------
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    kind_clusters(),
+    all_policies,
+    st.sampled_from([0.0, 30.0]),
+    st.sampled_from([0.0, 60.0]),
+)
+def test_every_count_is_one_of_the_job_s_sizes(case, policy, interval, restart_interval):
+    """A job is given only counts it may run at; a rigid one that runs keeps what it holds.
+    Nothing is given twice, and every count is within min and max."""
+    jobs, devices = case
+    result = allocate(
+        jobs,
+        devices,
+        policy,
+        now=100.0,
+        min_rescale_interval=interval,
+        restart_interval=restart_interval,
+    )
+    given_out = [d for ids in result.values() for d in ids]
+    assert len(given_out) == len(set(given_out))
+    assert set(given_out) <= {d.id for d in devices}
+    for job in jobs:
+        n = len(result[job.id])
+        if n and job.rigid and job.current:
+            assert set(result[job.id]) == set(job.current)
+        elif n:
+            assert n in allowed_counts(job), (job, n)
+            assert job.min_gpus <= n <= job.max_gpus
+
+
+@settings(max_examples=400, deadline=None)
+@given(kind_clusters(gone=False), all_policies, st.sampled_from([30.0, 60.0]), st.booleans())
+def test_a_restart_job_within_its_interval_keeps_its_count_unless_a_job_is_admitted(
+    case, policy, restart_interval, running_only
+):
+    """Within `restart_interval` of its last resize a restart job keeps its count, and its very
+    devices, unless a waiting job is admitted; then it may only shrink. (One level of priority,
+    one job per user, and running jobs at counts they may keep: there, keeping its count never
+    suspends another job.) `running_only`: no waiting job, so any change would be a rebalance."""
+    jobs, devices = case
+    jobs = [replace(j, user=j.id, priority=0) for j in jobs if j.current or not running_only]
+    jobs = [
+        replace(j, sizes=None) if j.current and len(j.current) not in allowed_counts(j) else j
+        for j in jobs
+    ]
+    now = 100.0
+    result = allocate(jobs, devices, policy, now=now, restart_interval=restart_interval)
+    admitted = any(result[j.id] and not j.current for j in jobs)
+    for job in jobs:
+        h = held_restart(job, devices)
+        n = len(result[job.id])
+        if not h:
+            continue
+        if recent(job, now, restart_interval):
+            assert n <= h
+            if not admitted:
+                assert n == h and set(result[job.id]) == set(job.current)
+        elif not admitted and n < h:
+            # past its interval, it gives up only devices it does not use
+            assert job.throughput and throughput_curve(job)[n] >= throughput_curve(job)[h]
+
+
+@st.composite
+def running_clusters(draw):
+    """Every job running, one per user, the first a restart job; the restart jobs resized
+    within the last 50 s, with reports or without: any change is a rebalance."""
+    size = draw(st.integers(2, 10))
+    devices = [DeviceSlot(f"n{i // 4}g{i % 4}", f"n{i // 4}") for i in range(size)]
+    free = [d.id for d in devices]
+    jobs = []
+    for k in range(draw(st.integers(2, 4))):
+        if not free:
+            break
+        n = draw(st.integers(1, min(8, len(free))))
+        current, free = tuple(free[:n]), free[n:]
+        restart = k == 0 or draw(st.booleans())
+        measured = draw(st.none() | st.dictionaries(st.integers(1, 8), st.floats(0.1, 100.0)))
+        jobs.append(
+            JobDemand(
+                f"j{k}",
+                f"u{k}",
+                max_gpus=draw(st.integers(n, 8)),
+                current=current,
+                submitted=float(k),
+                last_rescale=draw(st.floats(50.0, 100.0)) if restart else None,
+                restart_cost_s=draw(st.floats(0.0, 120.0)) if restart else None,
+                remaining_steps=draw(st.none() | st.floats(0.0, 1e5)),
+                throughput=measured or None,
+            )
+        )
+    return jobs, devices
+
+
+@settings(max_examples=300, deadline=None)
+@given(running_clusters(), all_policies)
+def test_running_restart_jobs_within_their_interval_are_never_rebalanced(case, policy):
+    jobs, devices = case
+    result = allocate(jobs, devices, policy, now=100.0, restart_interval=60.0)
+    for job in jobs:
+        if job.restarts:
+            assert result[job.id] == list(job.current)
+
+
+@settings(max_examples=400, deadline=None)
+@given(kind_clusters(), all_policies, st.sampled_from([0.0, 30.0]), st.sampled_from([0.0, 60.0]))
+def test_a_restart_job_grows_only_when_the_gain_pays_and_its_interval_is_over(
+    case, policy, interval, restart_interval
+):
+    jobs, devices = case
+    now = 100.0
+    result = allocate(
+        jobs,
+        devices,
+        policy,
+        now=now,
+        min_rescale_interval=interval,
+        restart_interval=restart_interval,
+    )
+    for job in jobs:
+        h = held_restart(job, devices)
+        n = len(result[job.id])
+        if h and n > h:
+            assert not recent(job, now, restart_interval)
+            assert pays(job, h, n)
+        if h and n == h:
+            assert set(result[job.id]) == set(job.current)  # a move would restart it
+
+
+@settings(max_examples=200, deadline=None)
+@given(kind_clusters(), all_policies, st.randoms(use_true_random=False))
+def test_kinds_deterministic_and_independent_of_input_order(case, policy, rnd):
+    jobs, devices = case
+    first = allocate(jobs, devices, policy, now=100.0, restart_interval=60.0)
+    shuffled = list(jobs)
+    rnd.shuffle(shuffled)
+    assert allocate(shuffled, devices, policy, now=100.0, restart_interval=60.0) == first
+
+
+def test_a_restart_job_grows_only_when_the_time_saved_pays_for_the_restart():
+    """Alone on 4 devices, at 10 steps/s on 2 (20 on 4): 1,000 steps left take 100 s on 2 and
+    50 s on 4, which pays for a 20 s restart twice over; 300 steps (30 s against 15 s) do not,
+    and it keeps its 2 devices while 2 idle. An elastic job grows either way."""
+    curve = {1: 5.0, 2: 10.0, 4: 20.0}
+    job = JobDemand(
+        "r", "ana", max_gpus=4, current=("n0g0", "n0g1"), remaining_steps=1000,
+        throughput=curve, restart_cost_s=20.0,
+    )  # fmt: skip
+    for name in ("fair-share", "goodput"):
+        assert len(allocate([job], slots(4), name)["r"]) == 4
+        short = replace(job, remaining_steps=300)
+        assert allocate([short], slots(4), name)["r"] == ["n0g0", "n0g1"]
+        assert len(allocate([replace(short, restart_cost_s=None)], slots(4), name)["r"]) == 4
+    # growing to 3 saves 100 - 66.7 = 33 s, under 2 x 20 s: only 4 pays; sizes (1, 2, 3) stop
+    three = replace(job, sizes=(1, 2, 3))
+    assert len(allocate([three], slots(4))["r"]) == 2
+    # a job that reported nothing yet grows as fair share says: its gain is unknown
+    quiet = replace(job, remaining_steps=None, throughput=None)
+    assert len(allocate([quiet], slots(4))["r"]) == 4
+
+
+def test_a_restart_job_waits_out_its_interval_before_it_grows():
+    job = JobDemand(
+        "r", "ana", max_gpus=4, current=("n0g0",), last_rescale=90.0, restart_cost_s=10.0
+    )
+    assert allocate([job], slots(4), now=100.0, restart_interval=60.0)["r"] == ["n0g0"]
+    assert len(allocate([job], slots(4), now=150.0, restart_interval=60.0)["r"]) == 4
+    assert len(allocate([job], slots(4), now=100.0)["r"]) == 4  # no interval set
+
+
+def test_a_waiting_job_takes_devices_from_a_restart_job_at_any_time():
+    r = JobDemand(
+        "r", "ana", max_gpus=4, current=("n0g0", "n0g1", "n0g2", "n0g3"), last_rescale=99.0,
+        restart_cost_s=60.0,
+    )  # fmt: skip
+    b = JobDemand("b", "bo", max_gpus=4, submitted=1.0)
+    result = allocate([r, b], slots(4), now=100.0, restart_interval=60.0)
+    assert result == {"r": ["n0g0", "n0g1"], "b": ["n0g2", "n0g3"]}
+
+
+def test_fair_share_does_not_restart_a_job_to_rebalance_running_jobs():
+    """Elastic "e" holds 1 and restart "r" 3: fair share would move a device from r to e, but
+    that would restart r for no newcomer. Elastic, r would give it up."""
+    r = JobDemand("r", "ana", max_gpus=4, current=("n0g0", "n0g1", "n0g2"), restart_cost_s=5.0)
+    e = JobDemand("e", "bo", max_gpus=4, current=("n0g3",), submitted=1.0)
+    assert allocate([r, e], slots(4)) == {"r": ["n0g0", "n0g1", "n0g2"], "e": ["n0g3"]}
+    elastic = allocate([replace(r, restart_cost_s=None), e], slots(4))
+    assert len(elastic["r"]) == 2 and len(elastic["e"]) == 2
+
+
+def test_a_restart_job_gives_up_devices_it_does_not_use_once_its_interval_is_over():
+    """goodput grew "r" to 4, where it turned out no faster than on 2: past its interval it
+    goes back to 2, and "e" takes the two devices. Under fair-share the two share evenly: the
+    device "r" gives up is one it does not use. Had 4 been faster than 3, "r" would keep 4."""
+    r = JobDemand(
+        "r", "ana", max_gpus=4, current=("n0g0", "n0g1", "n0g2", "n0g3"), last_rescale=0.0,
+        remaining_steps=1e4, throughput={2: 20.0, 4: 20.0}, restart_cost_s=10.0,
+    )  # fmt: skip
+    e = JobDemand(
+        "e", "bo", max_gpus=4, current=("n1g0", "n1g1"), remaining_steps=1e4,
+        throughput={1: 10.0, 2: 20.0}, submitted=1.0,
+    )  # fmt: skip
+    devices = slots(4) + [DeviceSlot(f"n1g{i}", "n1") for i in range(2)]
+    result = allocate([r, e], devices, "goodput", now=100.0, restart_interval=60.0)
+    assert len(result["r"]) == 2 and len(result["e"]) == 4
+    within = allocate([r, e], devices, "goodput", now=30.0, restart_interval=60.0)
+    assert within["r"] == list(r.current)
+    fair = allocate([r, e], devices, "fair-share", now=100.0, restart_interval=60.0)
+    assert len(fair["r"]) == 3 and len(fair["e"]) == 3
+    faster = replace(r, throughput={2: 20.0, 4: 30.0})
+    fair = allocate([faster, e], devices, "fair-share", now=100.0, restart_interval=60.0)
+    assert fair["r"] == list(r.current) and len(fair["e"]) == 2
+
+
+def test_a_higher_priority_job_still_takes_a_restart_job_s_devices():
+    """Keeping r's count would suspend it: the level above takes its devices, r shrinks."""
+    r = JobDemand(
+        "r", "ana", max_gpus=4, current=("n0g0", "n0g1", "n0g2"), restart_cost_s=60.0,
+        last_rescale=99.0,
+    )  # fmt: skip
+    high = JobDemand("h", "bo", max_gpus=3, priority=1, current=("n0g3",), last_rescale=0.0)
+    result = allocate([r, high], slots(4), "priority", now=100.0, restart_interval=60.0)
+    assert len(result["h"]) == 3 and len(result["r"]) == 1
+
+
+def test_a_restart_job_that_lost_a_device_is_counted_like_a_new_one():
+    """Its workers restart anyway: it takes what the policy gives, interval or not."""
+    r = JobDemand(
+        "r", "ana", max_gpus=4, current=("g0", "g1", "g9"), restart_cost_s=60.0, last_rescale=99.0
+    )
+    devices = [DeviceSlot(f"g{i}") for i in range(4)]
+    result = allocate([r], devices, now=100.0, restart_interval=60.0)
+    assert result["r"] == ["g0", "g1", "g2", "g3"]
+
+
+def test_a_restart_job_at_the_same_count_is_not_moved():
+    """Elastic, a split job moves onto the node that freed (`_place`); a restart job stays."""
+    devices = slots(2, nodes=2)
+    split = JobDemand("a", "ana", max_gpus=2, current=("n0g0", "n1g0"), restart_cost_s=10.0)
+    other = JobDemand("b", "bo", max_gpus=1, current=("n0g1",), submitted=1)
+    assert allocate([split, other], devices)["a"] == ["n0g0", "n1g0"]
+    assert allocate([replace(split, restart_cost_s=None), other], devices)["a"] == ["n1g0", "n1g1"]
+
+
+def test_sizes_round_down_and_the_rest_goes_elsewhere_or_idles():
+    """A job that may run on 1, 2 or 4 devices gets 2 of 3; the third goes to another job."""
+    sized = JobDemand("s", "ana", max_gpus=4, sizes=(1, 2, 4))
+    assert len(allocate([sized], slots(3))["s"]) == 2
+    other = JobDemand("e", "bo", max_gpus=1, submitted=1.0)
+    result = allocate([sized, other], slots(3))
+    assert len(result["s"]) == 2 and len(result["e"]) == 1
+    # two sized jobs on 6 devices: 3 + 3 is not allowed; the later rounds down, the first
+    # takes the freed device: 4 + 2, nothing idles
+    twin = replace(sized, id="t", user="bo", submitted=1.0)
+    result = allocate([sized, twin], slots(6))
+    assert sorted(len(v) for v in result.values()) == [2, 4]
+    # its minimum is raised to an allowed count: min 3 of (2, 4) waits for 4 devices
+    big = JobDemand("b", "cy", min_gpus=3, max_gpus=4, sizes=(2, 4))
+    assert allocate([big], slots(3))["b"] == []
+    assert len(allocate([big], slots(4))["b"]) == 4
+
+
+def test_goodput_grows_a_sized_job_only_to_its_sizes():
+    job = JobDemand(
+        "a", "ana", max_gpus=8, remaining_steps=1e6, throughput={1: 10.0, 2: 20.0, 3: 30.0},
+        sizes=(1, 2, 4, 8),
+    )  # fmt: skip
+    assert len(allocate([job], slots(8), "goodput")["a"]) in (1, 2, 4, 8)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_gpus": 4, "min_gpus": 3, "sizes": (1, 2, 8)}, "hold no count between"),
+        ({"max_gpus": 4, "restart_cost_s": -1.0}, "restart_cost_s must be 0 or more"),
+        ({"max_gpus": 4, "restart_cost_s": math.inf}, "restart_cost_s must be 0 or more"),
+    ],
+)
+def test_bad_restart_fields_are_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        JobDemand("x", "ana", **kwargs)
+
+
+def test_sizes_are_stored_sorted_once_and_rigid_wins_over_restart():
+    job = JobDemand("x", "ana", max_gpus=8, sizes=(4, 1, 4, 2))
+    assert job.sizes == (1, 2, 4) and allowed_counts(job) == [1, 2, 4]
+    assert JobDemand("x", "ana", max_gpus=2, restart_cost_s=5.0).restarts
+    assert not JobDemand("x", "ana", max_gpus=2, restart_cost_s=5.0, rigid=True).restarts
