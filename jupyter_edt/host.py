@@ -86,6 +86,16 @@ class JobHost(LoggingConfigurable):
         its import path.""",
     )
 
+    warm_imports = List(
+        Unicode(),
+        config=True,
+        help="""Modules the fork server imports besides torch and the runtime, so that the jobs'
+        processes that import them start warm: e.g. ["transformers.trainer",
+        "lightning.pytorch"] where restart jobs use the integrations (their framework's import
+        is most of a restarted worker's start). A module that does not import is skipped. The
+        'local' launcher with `warm_workers` only.""",
+    )
+
     warm_workers = Bool(
         True,
         config=True,
@@ -318,7 +328,7 @@ class JobHost(LoggingConfigurable):
         server dies with the thread that started it). It runs the jobs' interpreter, whose
         children run as the jobs' users."""
         if self._forkserver is None:
-            self._forkserver = ForkServer(self.job_python)
+            self._forkserver = ForkServer(self.job_python, self.warm_imports)
             self._forkserver.start()
         return self._forkserver
 

@@ -17,7 +17,8 @@ Why each piece:
   step's loss, so the loss reported is the mean over all workers), writes
   ``checkpoint-<step>.ckpt`` there with ``Trainer.save_checkpoint`` (loops, optimizers,
   schedulers, callbacks) and ends the process with Lightning's ``SIGTERMException`` (a
-  ``SystemExit``: status 0; ``on_exception`` hooks see it, nothing after ``fit()`` runs).
+  ``SystemExit``: status 0; ``on_exception`` hooks see it, nothing after ``fit()`` runs),
+  which a job's worker takes for ``StopForRestart``: it ends at once.
 - Lightning's own SIGTERM handling is not fit for this: its handler runs a collective
   (``broadcast``) from inside the signal handler, on whichever rank the signal reached,
   while the other ranks are elsewhere, and it stops at the next batch without a checkpoint. So
@@ -63,6 +64,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
+from ..runtime.worker import StopForRestart
 from ._common import (
     CHECKPOINTS,
     RESTART,
@@ -79,6 +81,10 @@ __all__ = ["EDTCallback", "prepare_trainer"]
 
 SUFFIX = ".ckpt"
 _NOT_RESUMABLE = "You're resuming from a checkpoint that ended before the epoch ended"
+
+
+class _Restart(SIGTERMException, StopForRestart):
+    """Lightning's exit on SIGTERM, which its hooks recognise, that the worker ends at once."""
 
 
 class EDTCallback(pl.Callback):
@@ -156,12 +162,6 @@ class EDTCallback(pl.Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_steps = 0  # not called when Lightning resumes inside an epoch
 
-    def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        if self._t0 is None:
-            self._t0 = time.monotonic()
-
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any
     ) -> None:
@@ -202,7 +202,8 @@ class EDTCallback(pl.Callback):
             step_s=elapsed,
             samples_per_s=self._samples / elapsed if self._samples and elapsed else None,
         )
-        # the next step's time runs from here: its batches are read before its first hook
+        # the next step's time runs from here (its batches are read before its first hook); a
+        # run's first step, which also starts it, has none
         self._loss, self._have_loss, self._t0 = 0.0, False, time.monotonic()
         if stop and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
             self._stop_at_epoch_end = True  # after the epoch's validation and end
@@ -272,7 +273,7 @@ class EDTCallback(pl.Callback):
             assert self._events is not None
             self._events.emit("checkpoint", path=str(path), reason=RESTART, global_step=step)
         self._end()
-        raise SIGTERMException  # Lightning's own exit on SIGTERM; status 0
+        raise _Restart  # Lightning's own exit on SIGTERM, status 0; the worker ends at once
 
     def _set_accumulation(self, trainer: pl.Trainer, batch: int | None) -> None:
         if any(isinstance(cb, GradientAccumulationScheduler) for cb in trainer.callbacks):

@@ -52,6 +52,7 @@ from typing import Any
 
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from ..runtime.worker import StopForRestart
 from ._common import (
     RESTART,
     Job,
@@ -96,7 +97,6 @@ class EDTCallback(TrainerCallback):
     ) -> None:
         if self.job is None:
             return
-        self._t0 = time.monotonic()
         self._stop.install()
         destroy_process_group_at_exit()
         self._events = self.job.events(args.process_index, state.is_world_process_zero)
@@ -126,8 +126,6 @@ class EDTCallback(TrainerCallback):
 
     def on_step_begin(self, *_: Any, **__: Any) -> None:
         self._flush_epoch()
-        if self._t0 is None:  # a step's time runs from the previous step's end: the Trainer
-            self._t0 = time.monotonic()  # reads a step's batches before on_step_begin
 
     def on_optimizer_step(self, *_: Any, optimizer: Any = None, **__: Any) -> None:
         if optimizer is not None and optimizer.param_groups:
@@ -140,6 +138,8 @@ class EDTCallback(TrainerCallback):
             return control
         self._flush_step()
         stop = any_worker(self._stop.requested)  # every worker, every step: they agree
+        # a step's time runs from the previous step's end (the Trainer reads a step's batches
+        # before on_step_begin); a run's first step, which also starts it, has none
         now = time.monotonic()
         elapsed = now - self._t0 if self._t0 is not None else None
         self._t0 = now
@@ -233,7 +233,7 @@ class EDTCallback(TrainerCallback):
             )
         self._end()
         # every worker has written its part: end here, so nothing after train() runs
-        raise SystemExit(0)
+        raise StopForRestart
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any

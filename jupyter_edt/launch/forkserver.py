@@ -369,11 +369,17 @@ def _run_module(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> int:
     return 0
 
 
-def serve(name: str) -> None:
-    """The server process: preload, then fork on request until its service is gone."""
+def serve(name: str, warm: Sequence[str] = ()) -> None:
+    """The server process: preload (and the `warm` modules the deployment names, as far as
+    they import), then fork on request until its service is gone."""
     logging.basicConfig(level=logging.WARNING)
     for module in PRELOAD:
         __import__(module)
+    for module in warm:
+        try:
+            __import__(module)
+        except Exception as err:  # a module the jobs may want: they import it themselves
+            log.warning("fork server: %s is not preloaded: %s", module, err)
     torch = sys.modules["torch"]  # preloaded (launch/ imports nothing but the standard library)
     if torch.cuda.is_initialized():  # a child could not use CUDA, and idle GPUs hold memory
         raise RuntimeError("CUDA was initialised while preloading: nothing may be forked")
@@ -388,8 +394,11 @@ def serve(name: str) -> None:
 class ForkServer:
     """The service's handle on its machine's fork server: starts it, says where it listens."""
 
-    def __init__(self, python: str = sys.executable) -> None:
+    def __init__(self, python: str = sys.executable, warm: Sequence[str] = ()) -> None:
+        """`warm`: modules to import besides torch and the runtime (a framework the jobs'
+        programs import: its import is most of a restarted worker's start)."""
         self.python = python
+        self.warm = list(warm)
         self.name = f"jupyter-edt-forkserver-{os.getpid()}-{secrets.token_hex(6)}"
         self.process: subprocess.Popen[bytes] | None = None
         self._ready = threading.Event()
@@ -402,8 +411,10 @@ class ForkServer:
 
         env = safe_environment(environ)
         env.update({k: environ[k] for k in ("HOME", "PYTHONPATH") if k in environ})
+        # a framework that asks whether CUDA is there must not initialise it: nothing forks then
+        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
         self.process = subprocess.Popen(
-            [self.python, "-m", "jupyter_edt.launch.forkserver", self.name],
+            [self.python, "-m", "jupyter_edt.launch.forkserver", self.name, *self.warm],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -587,10 +598,10 @@ class StatusPipe:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m jupyter_edt.launch.forkserver <name>", file=sys.stderr)
+    if not args:
+        print("usage: python -m jupyter_edt.launch.forkserver <name> [module...]", file=sys.stderr)
         return 2
-    serve(args[0])
+    serve(args[0], args[1:])
     return 0
 
 

@@ -1,6 +1,7 @@
 """Helpers of the integration tests.
 
-A restart job's workers started the way the job's driver starts them: torchrun's environment,
+A restart job's workers started the way the job's driver starts them (``python -m
+jupyter_edt.runtime.worker program.py``): torchrun's environment,
 a TCPStore this process hosts at MASTER_ADDR:MASTER_PORT (a fresh one at every start,
 ``TORCHELASTIC_USE_AGENT_STORE``), ``TORCHELASTIC_RESTART_COUNT`` one higher at each restart,
 and jupyter-edt's variables (``EDT_LOG_DIR``, ``EDT_WORKER_ID``, ``EDT_RUN``, ...). The
@@ -111,7 +112,7 @@ class RestartJob:
             out = open(self.log_dir / f"{worker}.out", "wb")  # noqa: SIM115
             self.procs.append(
                 subprocess.Popen(
-                    [sys.executable, self.program],
+                    [sys.executable, "-m", "jupyter_edt.runtime.worker", self.program],
                     cwd=self.out_dir,
                     env=env,
                     stdout=out,

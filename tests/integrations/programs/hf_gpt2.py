@@ -8,7 +8,8 @@ given), ``TEST_HOLD_AT`` and ``TEST_HOLD_RELEASE`` (wait at the end of those opt
 separated, until that file exists, a "{step}" in its name standing for the step, writing
 ``held-<rank>`` beside it first), so that a test signals workers at a known step without racing
 them; ``TEST_SIGTERM_AT`` (SIGTERM itself at the end of that step); ``TEST_SAMPLE_S`` (seconds
-to read a sample, so that more workers train faster even on a machine of few cores).
+to read a sample, so that more workers train faster even on a machine of few cores);
+``TEST_EPOCHS`` (2 unless given).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from transformers import (
 from jupyter_edt.integrations.transformers import prepare_trainer
 
 SAMPLES, EVAL_SAMPLES, SEQ, VOCAB = 64, 16, 16, 64
-EPOCHS, PER_DEVICE = 2, 4
+EPOCHS, PER_DEVICE = int(os.environ.get("TEST_EPOCHS", "2")), 4
 HOLD_LIMIT_S = 60.0
 SAMPLE_S = float(os.environ.get("TEST_SAMPLE_S", "0"))
 

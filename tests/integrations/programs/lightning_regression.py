@@ -9,7 +9,7 @@ What the test controls, by environment: ``TEST_OUT`` (where the final parameters
 separated, until that file exists, a "{step}" in its name standing for the step, writing
 ``held-<rank>`` beside it first); ``TEST_SIGTERM_AT`` (SIGTERM itself at the end of that step);
 ``TEST_SAMPLE_S`` (seconds to read a sample, so that more workers train faster even on a
-machine of few cores).
+machine of few cores); ``TEST_EPOCHS`` (2 unless given).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from jupyter_edt.integrations.lightning import prepare_trainer
 
 SAMPLES, VAL_SAMPLES, FEATURES = 64, 16, 8
-EPOCHS, PER_DEVICE = 2, 4
+EPOCHS, PER_DEVICE = int(os.environ.get("TEST_EPOCHS", "2")), 4
 HOLD_LIMIT_S = 60.0
 SAMPLE_S = float(os.environ.get("TEST_SAMPLE_S", "0"))
 
