@@ -32,29 +32,27 @@ Every step time comes from the file the program's rank 0 appends to at each opti
 `--quick` (the test's, about 30 s here): warm only, no torchrun, fewer steps per size.
 `--keep DIR`: the services' directories, step files and torchrun's log (``LOGLEVEL=INFO``) kept.
 
-Measured on this project's 2-core machine (2026-12-03, other tests sharing it), three full runs:
+Measured on this project's 2-core machine (2026-12-03, other tests sharing it). Warm, with the
+fork server importing ``transformers.trainer`` (``warm_imports``) and the workers that stop
+for a restart ending at once (``StopForRestart``), one full run:
 
 | PATCH to the first step at the new size | warm | cold | target (warm) |
 | --- | --- | --- | --- |
-| shrink 4 -> 2 | 3.84, 4.31, 4.89 s | 23.3, 12.8, 12.9 s | <= 3 s |
-| grow 2 -> 4 | 7.38, 7.19, 7.29 s | 41.2, 19.8, 16.5 s | <= 3 s |
+| shrink 4 -> 2 | 1.33 s | 11.0 s | <= 3 s |
+| grow 2 -> 4 | 1.88 s | 18.7 s | <= 3 s |
 
-Steps lost and repeated 0 in every run, SUCCEEDED, the global batch 16 at each start (4 workers
-x 4 x accumulation 1; 2 x 4 x 2). The warm target is not met. Warm, the allocation takes
-0.01 s, the old workers' checkpoint and exit 0.26 to 0.43 s, the first step follows
-``train_begin`` by 0.08 to 0.13 s: nearly all of it is the new workers' start to
-``train_begin`` (3.3 to 4.4 s for 2, 6.7 s for 4), which is mostly ``import transformers``
-(2.2 s of CPU each; the fork server preloads torch, not transformers: 4 processes forked at once
-from a parent that had imported it too were ready in 0.16 s instead of 5.7 s). Cold, the old
-workers also take 1.7 to 7.7 s to exit after their checkpoint (the interpreter's finalization
-with torch and transformers loaded; a warm worker leaves with ``os._exit``).
+Warm: the allocation 0.01 s, the old workers' agreement, checkpoint and exit 0.32 / 0.48 s,
+the new workers' start to ``train_begin`` 0.78 / 1.20 s, their first step 0.13 / 0.09 s after
+that. Before the fork server imported transformers, the warm start alone took 3.3 to 6.7 s
+(``import transformers``: 2.2 s of CPU a process). Steps lost and repeated 0 in every run,
+SUCCEEDED, the global batch 16 at each start (4 workers x 4 x accumulation 1; 2 x 4 x 2).
 
 torchrun (``--nnodes=1:4``: each rendezvous waits its 30 s ``last_call_timeout`` for more nodes;
-torch 2.13, gloo), from the SIGKILL to the first step: 80.5, 77.7 and 38.5 s in the three runs.
-In the first two its first restart failed (the two new workers' gloo ``connectFullMesh``:
-connection refused) and the second worked; two more runs of it: 39.1 s, and no step within
-240 s (the new workers printed nothing). 26 steps lost each time, done again (2.8 to 3.6 s of
-work).
+torch 2.13, gloo), from the SIGKILL to the first step: 80.5, 77.7, 38.5 and 39.1 s in four runs,
+and in two more no step within 240 s (the new workers hung in gloo's connect). In two of the
+runs that recovered, its first restart failed (gloo ``connectFullMesh``: connection refused; its
+agent reuses one store for every round) and the second worked. 26 steps lost each time, done
+again (2.8 to 3.6 s of work): those since its last periodic checkpoint.
 """
 
 from __future__ import annotations
