@@ -340,13 +340,15 @@ class DriverRunner:
             if not seen["running"] and status.get("state") in ("running", "exited"):
                 seen["running"] = True
                 await service.job_running(job_id, "processes started")
-            if not seen["elastic"] and status.get("elastic"):
-                seen["elastic"] = True
-                await service.job_elastic(job_id)
+            # the group's forming first: once elastic, the job may be resized at once, and its
+            # first group is recorded before any allocation that follows it
             formed = status.get("formed")
             if isinstance(formed, dict) and int(formed.get("generation", 0)) > seen["formed"]:
                 seen["formed"] = int(formed["generation"])
                 await service.job_formed(job_id, formed)
+            if not seen["elastic"] and status.get("elastic"):
+                seen["elastic"] = True
+                await service.job_elastic(job_id)
             for restart in status.get("restart_history") or []:
                 if isinstance(restart, dict) and int(restart.get("count", 0)) > seen["restarts"]:
                     seen["restarts"] = int(restart["count"])

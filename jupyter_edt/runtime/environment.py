@@ -87,7 +87,8 @@ def torchrun_environment(
     envs = []
     for i, node in enumerate(nodes):
         local = on_node[node]
-        visible = ",".join(gpus[w] for w in local) if any(gpus[w] for w in local) else ""
+        # a worker on a virtual device sees none; one on a GPU, the node's GPUs of the job
+        visible = ",".join(gpus[w] for w in local if gpus[w]) if gpus[i] else ""
         env = {
             "RANK": str(rank[i]),
             "LOCAL_RANK": str(local.index(i)),

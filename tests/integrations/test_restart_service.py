@@ -15,13 +15,13 @@ pytestmark = pytest.mark.multi_user
 
 #: The global batch every start keeps: 4 per device at 4 workers, twice 4 at 2.
 BATCH = 16
-#: Twelve epochs of 64 samples at a global batch of 16: 48 optimizer steps, enough left when
-#: the other job ends for growing back to pay for a restart (the allocator grows a restart job
-#: only when the time it saves is more than twice what its restarts cost it, as measured).
-EPOCHS, STEPS = 12, 48
-#: Seconds to read a sample: reading dominates a step, so 4 workers step faster than 2 on this
-#: machine's cores too.
-SAMPLE_S = 0.05
+#: Eight epochs of 64 samples at a global batch of 16: 32 optimizer steps, enough left when the
+#: other job ends for growing back to pay for a restart (the allocator grows a restart job only
+#: when the time it saves is more than twice what its restarts cost it, as measured).
+EPOCHS, STEPS = 8, 32
+#: Seconds to read a sample: reading dominates a step (0.8 s at 4 workers, 1.6 s at 2), so 4
+#: workers step faster than 2 on this machine's cores too, however busy they are.
+SAMPLE_S = 0.2
 
 
 def config(framework: str) -> dict:

@@ -90,7 +90,9 @@ def test_a_worker_sees_its_gpu_by_uuid_and_a_virtual_device_as_no_gpu(tmp_path):
     )
     assert driver.returncode == 0, driver.stdout + driver.stderr
     seen = {p.stem: json.loads(p.read_text()) for p in d.code.glob("*.json")}
-    assert seen == {"gpu1": gpu.uuid, "gpu2": "1", "vgpu0": ""}
+    # a GPU worker sees the job's GPUs on its node in local-rank order (torchrun's view, so
+    # cuda:LOCAL_RANK is its own); a worker on a virtual device sees none
+    assert seen == {"gpu1": f"{gpu.uuid},1", "gpu2": f"{gpu.uuid},1", "vgpu0": ""}
     # orders from before devices carried a UUID, and a bare NVML UUID, still name the GPU
     assert device_env({"id": "gpu3", "index": 3, "virtual": False})["CUDA_VISIBLE_DEVICES"] == "3"
     bare_uuid = {"id": "gpu4", "index": 0, "uuid": "5e0c2a1b", "virtual": False}
