@@ -93,7 +93,14 @@ class Service:
     """A `jupyter edt serve` of its own (`events.Service`) on 4 virtual GPUs, with the real
     driver, rescaling at once."""
 
-    def __init__(self, root: Path, warm: bool, ray_address: str | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        warm: bool,
+        ray_address: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        """`settings`: more of the service's, or others (bench.restart's)."""
         self.root = root
         on_ray = (
             {}
@@ -116,6 +123,7 @@ class Service:
                 "EDTService.warm_workers": warm,
                 "EDTService.log_level": "INFO",
                 **on_ray,
+                **(settings or {}),
             },
         )
         self.proc = self.service.proc

@@ -68,13 +68,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import events, print_result
+from . import events, latency, print_result
 from .latency import until
 
 PROGRAM = Path(__file__).with_name("restart_program.py")
@@ -129,56 +127,19 @@ def wait_step(
     return until(probe, what, DEADLINE_S)
 
 
-class Service:
+class Service(latency.Service):
     """A `jupyter edt serve` of its own on 4 virtual GPUs with the real driver, resizing a
     restart job as soon as asked."""
 
     def __init__(self, root: Path, warm: bool) -> None:
-        self.root = root
-        self.service = events.Service(
-            root,
-            4,
-            {
-                "EDTService.driver_module": "jupyter_edt.runtime.driver",
-                "EDTService.min_rescale_interval": 0.0,
-                "EDTService.restart_interval": 0.0,
-                "EDTService.restart_cost": 0.0,
-                "EDTService.refresh_interval": 0.5,
-                "EDTService.warm_workers": warm,
-                # what a deployment of the integrations sets: the restarted workers' framework
-                # is imported once, by the fork server
-                "EDTService.warm_imports": ["transformers.trainer"] if warm else [],
-                "EDTService.log_level": "INFO",
-            },
-        )
-        self.url = f"{self.service.url}edt/api/v1/"
-        until(self._answers, "the service answering", 60)
-        if warm:  # measured on a service that is up, not one still preloading
-            log = root / "service.log"
-            until(lambda: b"warm processes ready" in log.read_bytes(), "warm processes", 120)
-
-    def _answers(self) -> bool:
-        if self.service.proc.poll() is not None:
-            raise RuntimeError(f"the service exited; see {self.root / 'service.log'}")
-        try:
-            self.call("GET", "jobs")
-            return True
-        except OSError:
-            return False
-
-    def call(self, method: str, path: str, body: Any = None) -> Any:
-        request = urllib.request.Request(
-            self.url + path,
-            method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={**self.service.headers(), "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as answer:
-                data = answer.read()
-        except urllib.error.HTTPError as e:  # what the service said, in the traceback
-            raise RuntimeError(f"{method} {path}: {e.code} {e.read().decode()}") from None
-        return json.loads(data) if data else None
+        settings = {
+            "EDTService.restart_interval": 0.0,
+            "EDTService.restart_cost": 0.0,
+            # what a deployment of the integrations sets: the restarted workers' framework is
+            # imported once, by the fork server
+            "EDTService.warm_imports": ["transformers.trainer"] if warm else [],
+        }
+        super().__init__(root, warm, settings=settings)
 
     def store_events(self, job_id: str, kind: str) -> list[tuple[float, dict[str, Any]]]:
         with sqlite3.connect(self.root / "edt.sqlite", timeout=10) as db:
@@ -204,9 +165,6 @@ class Service:
                 raise RuntimeError(f"job {job_id} ended: {job['state']} ({job.get('reason')})")
 
         return check
-
-    def stop(self) -> None:
-        self.service.stop()
 
 
 def service_run(root: Path, warm: bool, settle: int) -> dict[str, Any]:
