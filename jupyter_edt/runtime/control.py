@@ -201,15 +201,7 @@ class LocalController:
         with self._lock:
             old = [w for w, p in self.procs.items() if p.returncode is None]
             self.members = ()  # the watcher leaves the group alone while it stops
-            for w in old:
-                self.procs[w].send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
-            while any(self.procs[w].returncode is None for w in old):
-                if time.monotonic() >= deadline:
-                    break
-                self._stop.wait(0.02)
-            killed = [w for w in old if self.procs[w].returncode is None]
-            self._stop_workers(killed)
+            killed = self.terminate(old, grace_s)
             self._ended.update(self.procs)
             self.restarts += 1
             self.run = f"{self._run}.{self.restarts}"
@@ -217,6 +209,20 @@ class LocalController:
             ids = tuple(self._new_id() for _ in envs)
             self._start_group(ids, envs, places)
         return ids, {"exited": [w for w in old if w not in killed], "killed": killed}
+
+    def terminate(self, workers: Sequence[str], grace_s: float) -> list[str]:
+        """SIGTERM to these workers, then SIGKILL to whoever is left after ``grace_s`` (as
+        torchrun stops its workers); returns those killed."""
+        for w in workers:
+            self.procs[w].send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while any(self.procs[w].returncode is None for w in workers):
+            if time.monotonic() >= deadline:
+                break
+            self._stop.wait(0.02)
+        killed = [w for w in workers if self.procs[w].returncode is None]
+        self._stop_workers(killed)
+        return killed
 
     def _start_group(
         self,

@@ -413,13 +413,7 @@ class Driver:
         self._report()
         if not self.elastic and self.kind in ("restart", "rigid"):
             # SIGTERM: a program with an integration checkpoints and exits 0 within the grace
-            for w in self.gang:
-                self.ctl.procs[w].send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + self.grace_s
-            while time.monotonic() < deadline and any(
-                self.ctl.procs[w].returncode is None for w in self.gang
-            ):
-                time.sleep(TICK_S)
+            self.ctl.terminate(self.gang, self.grace_s)
             clean = all(self.ctl.procs[w].returncode == 0 for w in self.gang)
             self.ctl.close()
             self.status.update(state="suspended", checkpointed=clean)
