@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from jupyter_edt.bench import gpu_check
+from jupyter_edt.bench.latency import FIGURES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu-check.sh"
@@ -119,17 +120,56 @@ def test_dry_run_writes_every_part_and_a_summary_of_them(dry_run) -> None:
     env = parts["server_env"]  # this venv has the Jupyter-side packages
     assert env["status"] == "ok" and env["result"]["from"] == "present", env
 
-    latency = parts["latency"]
-    assert latency["status"] == "ok", latency
-    assert latency["result"]["reps"] == 1
-    for figure in (
-        "submit_to_first_step_s",
-        "grow_to_first_step_s",
-        "shrink_to_first_step_s",
-        "replace_to_first_step_s",
-    ):
-        value = latency["result"][f"warm_{figure}"]
+
+def _part(dry_run, name: str) -> dict[str, Any]:
+    """One part's record of the module's dry run, which ran it."""
+    done, out = dry_run
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = json.loads((out / f"{name}.json").read_text())
+    assert record["status"] == "ok", record
+    return record
+
+
+def test_the_latency_part_gives_each_figure_of_one_warm_round(dry_run) -> None:
+    """bench.latency --quick, as its own smoke test (the dry run is its one run in the suite)."""
+    latency = _part(dry_run, "latency")["result"]
+    assert latency["reps"] == 1
+    for figure in FIGURES:
+        value = latency[f"warm_{figure}"]
         assert _number(value) and 0 < value < 120, (figure, latency)
+        assert latency[f"warm_{figure}_values"] == [value]
+
+
+def test_the_restart_part_resizes_a_trainer_without_losing_a_step(dry_run) -> None:
+    """bench.restart --quick: one warm run of its Hugging Face restart job through 4 -> 2 -> 4
+    on a real service (no torchrun), judged by what must hold whatever the machine's speed: no
+    step lost or repeated, the same global batch at every size, SUCCEEDED."""
+    result = _part(dry_run, "restart")["result"]
+    for figure in ("warm_shrink_decision_to_first_step_s", "warm_grow_decision_to_first_step_s"):
+        assert isinstance(result[figure], float) and result[figure] > 0, (figure, result)
+    assert (result["steps_lost"], result["steps_repeated"]) == (0, 0), result
+    assert result["succeeded"] is True, result
+    assert result["global_batch_constant"] is True, result
+    assert result["target"] == {"decision_to_first_step_warm_s": 3.0}
+    assert isinstance(result["target_met"], bool)
+    assert "cold" not in result and "torchrun" not in result
+
+    warm = result["warm"]
+    assert warm["state"] == "SUCCEEDED"
+    assert warm["step_file_agrees"] is True
+    # every step from 0 to the last, at 4, then 2, then 4 workers
+    assert [run[0] for run in warm["runs"]] == [4, 2, 4]
+    assert warm["runs"][0][1] == 0 and warm["runs"][-1][2] == warm["steps"] - 1
+    batches = warm["global_batch"]
+    assert [(b["world_size"], b["gradient_accumulation_steps"]) for b in batches] == [
+        (4, 1),
+        (2, 2),
+        (4, 1),
+    ]
+    assert {b["effective_batch_size"] for b in batches} == {result["global_batch_size"]}
+    restarts = [(e["cause"], e["world_size"], e["killed"]) for e in warm["restart_events"]]
+    assert restarts == [("resize", 2, []), ("resize", 4, [])]
+    assert set(warm["breakdown"]) == {"shrink", "grow"}
 
 
 def test_usage_and_bad_arguments() -> None:

@@ -43,6 +43,8 @@ async def test_a_vanished_device_is_taken_from_its_job_which_runs_on_and_gets_it
     )
     a_dir = JobDir(tmp_path / "jobs" / a["id"])
     first = await wait_status(a_dir, lambda s: s["elastic"] and len(s["workers"]) == 4, "ran on 4")
+    # the service's view follows the driver's status file by a poll
+    await wait_for(jp_fetch, "alice", a["id"], lambda j: j["state"] == "RUNNING", "RUNNING")
 
     app.virtual_gpus = 3  # vgpu3 falls off
     shrunk = await wait_for(

@@ -371,6 +371,16 @@ def worker_pids(job_id: str) -> dict[str, tuple[int, str]]:
     return out
 
 
+def trained_at(service, job_id: str, world_size: int) -> None:
+    """Once the job reported a step taken at `world_size` workers."""
+    eventually_sync(
+        lambda: api(service, "GET", f"jobs/{job_id}/metrics")["metrics"],
+        f"a step at {world_size} workers",
+        until=lambda ms: any(m.get("world_size") == world_size for m in ms),
+        timeout=DEADLINE_S,
+    )
+
+
 def on_4_workers(service, job_id: str) -> dict[str, tuple[int, str]]:
     """The job's 4 workers once it runs elastic on 4 GPUs, as `worker_pids` gives them."""
     wait_job(
@@ -400,16 +410,18 @@ def assert_equals_reference(service, job_id: str, tmp_path, code: str = ELASTIC)
 
 def test_a_job_shrinks_in_place_to_one_node_and_grows_back_exactly(cluster, service, tmp_path):
     """4 GPUs over both nodes; a second job arrives: the first keeps the 2 workers of one node
-    (same processes) and the newcomer gets the other node; once it ends, the first grows back
-    to 4. The result equals an uninterrupted 1-worker run of the same program."""
+    (same processes) and the newcomer gets the other node; once it ends (cancelled once it
+    trains: its own success is another test's), the first grows back to 4. The result equals
+    an uninterrupted 1-worker run of the same program."""
     big = api(service, "POST", "jobs", {"code": ELASTIC, "max_gpus": 4, "name": "elastic"})
     before = on_4_workers(service, big["id"])
     assert len({node for _, node in before.values()}) == 2
+    trained_at(service, big["id"], 4)
     small = api(
         service,
         "POST",
         "jobs",
-        {"code": program(2, samples=48, delay=0.05), "max_gpus": 2, "name": "newcomer"},
+        {"code": program(1000, samples=48, delay=0.05), "max_gpus": 2, "name": "newcomer"},
     )
     shrunk = wait_job(
         service, big["id"], "the first job on 2 GPUs", lambda j: len(j["devices"]) == 2
@@ -420,7 +432,13 @@ def test_a_job_shrinks_in_place_to_one_node_and_grows_back_exactly(cluster, serv
         lambda: worker_pids(big["id"]), "2 workers left", until=lambda w: len(w) == 2
     )
     assert all(before[w] == after[w] for w in after)  # the survivors' very processes
-    wait_job(service, small["id"], "the newcomer finished", lambda j: j["state"] == "SUCCEEDED")
+    eventually_sync(
+        lambda: api(service, "GET", f"jobs/{small['id']}/metrics")["metrics"],
+        "the newcomer training",
+        until=bool,
+        timeout=DEADLINE_S,
+    )
+    assert api(service, "DELETE", f"jobs/{small['id']}")["state"] == "CANCELLED"
     wait_job(
         service,
         big["id"],
