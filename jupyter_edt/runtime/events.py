@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -55,7 +56,7 @@ class EventLog:
                 **fields,
             }
             if self._file is not None:
-                self._file.write(json.dumps(event) + "\n")
+                self._file.write(_json_line(event) + "\n")
                 self._file.flush()
             else:
                 self.records.append(event)
@@ -86,3 +87,16 @@ def read_events(log_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 continue
     events.sort(key=lambda e: (e["time"], e["worker"], e["seq"]))
     return events
+
+
+def _json_line(event: dict[str, Any]) -> str:
+    """One event as strict JSON: a loss that overflowed (inf, NaN) is written as null, which
+    every JSON reader takes, where Python's ``Infinity`` would break a browser's parser."""
+    try:
+        return json.dumps(event, allow_nan=False)
+    except ValueError:
+        safe = {
+            k: None if isinstance(v, float) and not math.isfinite(v) else v
+            for k, v in event.items()
+        }
+        return json.dumps(safe)

@@ -20,9 +20,11 @@ from .group import select_device
 __all__ = [
     "ENV_OPTIONS",
     "LR_SCHEDULER_INTERVALS",
+    "check_clipping",
     "check_dataset",
     "check_fit_args",
     "check_lr_scheduler",
+    "check_num_workers",
     "env_overrides",
     "resolve_device",
 ]
@@ -154,3 +156,28 @@ def check_dataset(name: str, ds: object) -> int:
     if n < 1:
         raise ValueError(f"datasets: {name} must not be empty")
     return n
+
+
+def check_clipping(clip_grad_norm: object, clip_grad_value: object) -> tuple[float | None, ...]:
+    """``Trainer``'s clipping: each None or a positive number, and not both (they are two ways
+    of bounding the same gradient; Lightning's ``gradient_clip_algorithm`` picks one too)."""
+
+    def positive(name: str, value: object) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} must be a positive number or None, got {value!r}")
+        return float(value)
+
+    norm = positive("clip_grad_norm", clip_grad_norm)
+    value = positive("clip_grad_value", clip_grad_value)
+    if norm is not None and value is not None:
+        raise ValueError("give clip_grad_norm or clip_grad_value, not both")
+    return norm, value
+
+
+def check_num_workers(num_workers: object) -> int:
+    """``fit(num_workers=...)``: data-loading processes per training worker, 0 or more."""
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
+    return num_workers

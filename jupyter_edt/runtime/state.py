@@ -1,9 +1,9 @@
 """Training state: capture, restore, move between workers, and atomic checkpoints.
 
 :class:`TrainState` is what the workers of a job keep equal (in the spirit of Horovod's elastic
-``State``): the model, the optimizer, the LR scheduler, the agreed hyperparameters with the
-changes not yet agreed, the data cursor and the RNG. What it captures is a plain nested
-structure of dicts, lists and tensors (model, optimizer and LR
+``State``): the model, the optimizer, the LR scheduler, fp16's loss scale, the agreed
+hyperparameters with the changes not yet agreed, the data cursor and the RNG. What it captures
+is a plain nested structure of dicts, lists and tensors (model, optimizer and LR
 scheduler ``state_dict``s, the data cursor and the RNG). To move it to a joiner without touching
 disk it is split into a small pickled skeleton and its tensors, which travel one by one as raw
 bytes over point-to-point messages of the process group: no copy into one big buffer on the
@@ -67,8 +67,10 @@ class TrainState:
         optimizer: torch.optim.Optimizer,
         lr_scheduler: Any,
         device: torch.device,
+        scaler: Any = None,
     ) -> None:
         self.model = model
+        self.scaler = scaler  # fp16's loss scale (precision.LossScaler), None otherwise
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.device = device
@@ -97,6 +99,7 @@ class TrainState:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "hyperparameters": {"agreed": self.agreed_hp(), "trace": list(self.hp_trace)},
             "cursor": {
                 "epoch": self.epoch,
@@ -116,6 +119,8 @@ class TrainState:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.lr_scheduler is not None and state["lr_scheduler"] is not None:
             self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        if self.scaler is not None and state.get("scaler") is not None:
+            self.scaler.load_state_dict(state["scaler"])
         # a joiner takes the sender's pending changes as its own; a state from before the
         # agreement existed: its own hyperparameters are the agreed ones
         hp = state.get("hyperparameters") or {}

@@ -20,7 +20,19 @@ Rules the user relies on:
 - ``loss_fn(output, target)`` and each metric return the mean over the micro-batch (PyTorch's
   default ``reduction="mean"``); the runtime weights micro-batch ``j`` by ``len_j / len(batch)``.
 - A batch from ``collate_fn`` is a sequence whose last item is the target; the other items are
-  passed to the model as positional arguments.
+  passed to the model as positional arguments. A dict batch is passed as keyword arguments, and
+  ``loss_fn=None`` takes the loss the model returns (Hugging Face's); ``step_fn(model, batch)``
+  computes it any other way (``batches.py``).
+- ``precision="bf16"`` autocasts forward and loss to bfloat16 (CPU and CUDA); ``"fp16"`` to
+  float16 with a loss scale that is training state, and a step whose summed gradient overflowed
+  is skipped on every worker (``precision.py``). ``clip_grad_norm`` / ``clip_grad_value`` clip
+  the summed gradient with ``torch.nn.utils``' own functions, as one process would.
+- ``fit(num_workers=...)``: DataLoader processes read the micro-batches this worker computes
+  next while it computes; a micro-batch's data, augmentation included, depends only on (seed,
+  epoch, step, micro-batch), never on ``num_workers`` or the GPU count (``loading.py``).
+- A ``torch.compile``'d model trains compiled; checkpoints and the saved model hold the module it
+  wraps. The micro-batch size never changes with the allocation, so a resize compiles nothing
+  new (a joiner compiles once, as any new process does).
 - Buffers (BatchNorm running statistics): every micro-batch of a step starts from the buffers of
   the step's start; at the end of the step the buffers become the weighted mean (weights
   ``len_j / len(batch)``) of the micro-batches' updated buffers, summed in micro-batch order, so
@@ -48,35 +60,42 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import ConcatDataset, Dataset, default_collate
 
 from . import hyper
 from . import partition as part
+from .batches import Compute, StepFn, to_device
 from .buckets import GradientBuckets
 from .events import EventLog
 from .group import ElasticGroup, Group, GroupError, JobContext, LeaveJob, SoloGroup
+from .loading import MicroBatchLoader, Task, data_seed
 from .membership import Membership, Placement
 from .options import (
     ENV_OPTIONS,
     LR_SCHEDULER_INTERVALS,
+    check_clipping,
     check_dataset,
     check_fit_args,
     check_lr_scheduler,
+    check_num_workers,
     env_overrides,
     resolve_device,
 )
+from .precision import PRECISIONS, Precision
+from .resources import default_num_workers
 from .state import TrainState, atomic_save, latest_checkpoint, save_checkpoint, to_cpu
 from .step_values import StepControl, StepLayout
 
 __all__ = [
     "ENV_OPTIONS",
     "LR_SCHEDULER_INTERVALS",
+    "PRECISIONS",
     "Callback",
     "Trainer",
     "check_fit_args",
@@ -85,7 +104,7 @@ __all__ = [
     "resolve_device",
 ]
 
-MetricFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor | float]
+MetricFn = Callable[[Any, Any], torch.Tensor | float]
 
 
 class Callback:
@@ -116,7 +135,7 @@ class Trainer:
         self,
         model: nn.Module,
         datasets: Callable[[], tuple[Dataset[Any], Dataset[Any]]],
-        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        loss_fn: Callable[[Any, Any], torch.Tensor] | None,
         optimizer: torch.optim.Optimizer
         | Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
         metrics: Mapping[str, MetricFn] | Sequence[MetricFn] | None = None,
@@ -125,19 +144,28 @@ class Trainer:
         callbacks: Sequence[Callback] | None = None,
         device: str | torch.device = "auto",
         lr_scheduler_interval: str = "epoch",
+        *,
+        precision: str = "32",
+        clip_grad_norm: float | None = None,
+        clip_grad_value: float | None = None,
+        step_fn: StepFn | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not callable(datasets):
             raise ValueError("datasets must be a function returning (train_dataset, test_dataset)")
-        if not callable(loss_fn):
-            raise ValueError("loss_fn must be callable as loss_fn(output, target)")
+        self.compute = Compute(loss_fn, step_fn)
+        self.clip_grad_norm, self.clip_grad_value = check_clipping(clip_grad_norm, clip_grad_value)
         if not isinstance(optimizer, torch.optim.Optimizer) and not callable(optimizer):
             raise ValueError("optimizer must be a torch.optim.Optimizer or a factory of one")
         self.device = resolve_device(device)
         if self.device.type == "cuda" and "EDT_STORE" in os.environ:
             torch.cuda.set_device(self.device)  # a worker's one GPU; NCCL wants it current
         self.model = model.to(self.device)
+        # a torch.compile'd model trains as compiled; its state is the module it wraps, so that
+        # checkpoints and the saved model load into the plain model
+        self.module: nn.Module = getattr(self.model, "_orig_mod", self.model)
+        self.precision = Precision(precision, self.device)
         self.datasets_fn = datasets
         self.loss_fn = loss_fn
         self.optimizer = (
@@ -160,12 +188,15 @@ class Trainer:
         dtypes = {p.dtype for p in self.params}
         if len(dtypes) != 1:
             raise ValueError(f"model: trainable parameters must share one dtype, got {dtypes}")
-        self.train_state = TrainState(self.model, self.optimizer, self.lr_scheduler, self.device)
+        self.train_state = TrainState(
+            self.module, self.optimizer, self.lr_scheduler, self.device, self.precision.scaler
+        )
         self.placement = Placement()
         self.history: dict[str, list[Any]] = {"train": [], "val": []}
         self.events: EventLog | None = None
         self.left = False
         self._hp_now: hyper.Snapshot = ()  # this worker's, as it entered the step's reduction
+        self._data_s = 0.0  # the step's wait for its micro-batches
 
     # -- where training stands and where this worker sits ---------------------------------------
     @property
@@ -218,13 +249,16 @@ class Trainer:
         validate_every: int = 1,
         seed: int = 0,
         result_dir: str | os.PathLike[str] | None = None,
+        num_workers: int | None = None,
     ) -> dict[str, list[Any]]:
         """Train for ``epochs`` epochs; returns per-step and per-epoch metrics.
 
         ``checkpoint_every`` is in epochs (0: none) and ``validate_every`` too. In a job, a
-        worker dropped by a shrink exits here with status 0. ``EDT_EPOCHS``,
-        ``EDT_EFFECTIVE_BATCH_SIZE`` and ``EDT_CHECKPOINT_EVERY``, when set, win over the
-        arguments of the same name.
+        worker dropped by a shrink exits here with status 0. ``num_workers`` data-loading
+        processes read each worker's next micro-batches while it computes (default: on a GPU,
+        its share of the node's cores, see ``resources.py``; 0 on the CPU: read in place).
+        ``EDT_EPOCHS``, ``EDT_EFFECTIVE_BATCH_SIZE`` and ``EDT_CHECKPOINT_EVERY``, when set, win
+        over the arguments of the same name.
         """
         opts, notes = env_overrides(
             os.environ,
@@ -257,6 +291,11 @@ class Trainer:
         self.train_size = check_dataset("train_dataset", got[0])
         self.test_size = check_dataset("test_dataset", got[1])
         self.train_ds, self.test_ds = got[0], got[1]
+        workers = (
+            default_num_workers(self.device.type)
+            if num_workers is None
+            else check_num_workers(num_workers)
+        )
         # samples per optimizer update, over all workers: what makes results independent of
         # the allocation (each worker computes some of its micro-batches)
         self.effective_batch_size = effective_batch_size
@@ -282,6 +321,17 @@ class Trainer:
         # refilled every step: pageable host memory, which a copy to the device has read by the
         # time copy_ returns, even with non_blocking
         self._control = torch.empty(StepControl.count(), dtype=torch.float64)
+        # both sets through one loader (test indices after the training set's), started before
+        # the group forms: a joiner's readers start while it receives the state (their
+        # processes are forked from this one, and use none of its group's connections)
+        self.loader = MicroBatchLoader(
+            ConcatDataset([self.train_ds, self.test_ds]),
+            self.collate_fn,
+            workers,
+            pin_memory=self.device.type == "cuda",
+        )
+        self.loader.start()
+        self.events.emit("loader", num_workers=workers)
         self.membership = Membership(
             self.group,
             self.train_state,
@@ -296,6 +346,7 @@ class Trainer:
             self.left = True
             self.events.emit("left", generation=self.group.generation)
         finally:
+            self.loader.close()
             self.grads.close()
             self.group.close()
             self.events.close()
@@ -376,6 +427,7 @@ class Trainer:
         grads.start(len(mbs))
         extras: list[torch.Tensor] = []
         aux_parts = []
+        self._data_s = 0.0
         for j in range(lo, hi):
             if j > lo:
                 for b, b0 in zip(self.buffers, start, strict=True):
@@ -385,17 +437,23 @@ class Trainer:
             if j == lo or self.rank > 0:
                 grads.new_part()
             weight = len(mbs[j]) / len(global_batch)
+            batch = self._read(self._train_task(st.epoch, st.step, j, mbs[j]))
             self._seed(part.micro_batch_seed(self.seed, st.epoch, st.step, j))
-            out, target, loss = self._forward(mbs[j], self.train_ds)
+            with self.precision.autocast():
+                loss, metric_args = self._forward(batch)
             if j == hi - 1:
                 grads.arm(extras)  # the last backward sends buckets as they are done
-            (loss * weight).backward()
+            scaled = loss * weight
+            if self.precision.scaler is not None:  # fp16: the summed gradient is unscaled
+                scaled = scaled * self.precision.loss_scale
+            scaled.backward()
             grads.collect()
             aux = torch.empty(lay.size, dtype=torch.float64, device=self.device)
             aux[lay.LOSS] = loss.detach().double() * weight
-            for i, fn in enumerate(self.metrics.values()):
-                value = torch.as_tensor(fn(out.detach(), target), device=self.device)
-                aux[lay.metric(i)] = value.double() * weight
+            with torch.no_grad():
+                for i, fn in enumerate(self.metrics.values()):
+                    value = torch.as_tensor(fn(*metric_args), device=self.device)
+                    aux[lay.metric(i)] = value.double() * weight
             if self.buffers:
                 flat_b = torch.cat([b.detach().double().reshape(-1) for b in self.buffers])
                 aux[lay.buffers] = flat_b * weight
@@ -442,25 +500,64 @@ class Trainer:
             with torch.cuda.device(self.device):
                 torch.cuda.manual_seed(seed)
 
-    def _forward(
-        self, indices: list[int], ds: Dataset[Any]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        data = self.collate_fn([ds[i] for i in indices])
-        *inputs, target = data
-        device = self.device
-        inputs = [
-            x.to(device, non_blocking=True) if isinstance(x, torch.Tensor) else x for x in inputs
-        ]
-        if isinstance(target, torch.Tensor):
-            target = target.to(device, non_blocking=True)
-        out = self.model(*inputs)
-        return out, target, self.loss_fn(out, target)
+    def _forward(self, batch: Any) -> tuple[torch.Tensor, tuple[Any, Any]]:
+        """One micro-batch through the model (``batches.py``): its loss, and what its metrics
+        are given."""
+        _, loss, metric_args = self.compute(self.model, to_device(batch, self.device))
+        return loss, metric_args
+
+    # -- reading micro-batches ahead (loading.py) ----------------------------------------------
+    def _train_task(self, epoch: int, step: int, j: int, indices: list[int]) -> Task:
+        return Task(("train", epoch, step, j), indices, data_seed(self.seed, epoch, step, j))
+
+    def _val_task(self, epoch: int, j: int, indices: list[int]) -> Task:
+        # the test set follows the training set in the loader's dataset
+        at = [self.train_size + i for i in indices]
+        return Task(("val", epoch, j), at, data_seed(self.seed, epoch, -1, j))
+
+    def _read(self, task: Task) -> Any:
+        t0 = time.monotonic()
+        batch = self.loader.get(task, lambda: self._upcoming(task))
+        self._data_s += time.monotonic() - t0
+        return batch
+
+    def _upcoming(self, first: Task) -> Iterator[Task]:
+        """This worker's micro-batches from ``first`` on, in the order it computes them under
+        its placement now: each step's block of the global batch, each validation's block."""
+        rank, world = self.rank, self.world_size
+        steps = part.steps_per_epoch(self.train_size, self.effective_batch_size)
+        phase, epoch, *where = first.key
+        step, j0 = (where[0], where[1]) if phase == "train" else (steps, where[0])
+        for e in range(epoch, self.epochs):
+            perm = part.epoch_permutation(self.train_size, self.seed, e)
+            for s in range(step if e == epoch else 0, steps):
+                mbs = part.micro_batches(
+                    part.global_batch(perm, s, self.effective_batch_size), self.micro_batch_size
+                )
+                lo, hi = part.deal(len(mbs), world)[rank]
+                for j in range(max(lo, j0) if (e, s) == (epoch, step) else lo, hi):
+                    yield self._train_task(e, s, j, mbs[j])
+            if self._validates(e):
+                mbs = part.micro_batches(range(self.test_size), self.micro_batch_size)
+                lo, hi = part.deal(len(mbs), world)[rank]
+                start = max(lo, j0) if (e, phase) == (epoch, "val") else lo
+                for j in range(start, hi):
+                    yield self._val_task(e, j, mbs[j])
+
+    def _validates(self, epoch: int) -> bool:
+        return bool(self.validate_every) and (epoch + 1) % self.validate_every == 0
 
     def _commit(
         self, tot: torch.Tensor, host: torch.Tensor, agreed: StepControl, t0: float
     ) -> None:
         st, lay = self.train_state, self.layout
-        self.optimizer.step()
+        clipped: dict[str, Any] = {}
+        # the summed gradient is the same on every worker: so are the overflow check (fp16),
+        # the clipping and the decision to step
+        with self.precision.unscaled(self.grads.flat) as finite:
+            if finite:
+                clipped = self._clip()
+                self.optimizer.step()
         if self.lr_scheduler is not None and self.lr_scheduler_interval == "step":
             self._marked(self.lr_scheduler.step)
         if self.buffers:
@@ -477,7 +574,11 @@ class Trainer:
             "global_step": st.global_step,
             "loss": loss,
             **{k: float(host[lay.metric(i)]) for i, k in enumerate(self.metrics)},
+            **clipped,
         }
+        if self.precision.scaler is not None:
+            logs["skipped"] = not finite  # an overflow: no update, on every worker
+            logs["loss_scale"] = self.precision.scaler.scale
         elapsed = time.monotonic() - t0
         # the last global batch of an epoch may be smaller
         samples = min(
@@ -492,6 +593,7 @@ class Trainer:
             world_size=self.world_size,
             samples=samples,
             step_s=elapsed,
+            data_s=self._data_s,
             samples_per_s=samples / elapsed if elapsed > 0 else None,
         )
         for cb in self.callbacks:
@@ -501,10 +603,21 @@ class Trainer:
             self._checkpoint("request")
         self.membership.rescale(agreed.generation)
 
+    def _clip(self) -> dict[str, Any]:
+        """Clip the summed gradient as a single process would (``torch.nn.utils``' own
+        functions on the parameters, whose gradients are views of it); the norm before clipping
+        for the step's logs."""
+        if self.clip_grad_value is not None:
+            torch.nn.utils.clip_grad_value_(self.params, self.clip_grad_value)
+        if self.clip_grad_norm is None:
+            return {}
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.clip_grad_norm)
+        return {"grad_norm": float(norm)}
+
     def _end_epoch(self) -> None:
         st = self.train_state
         logs: dict[str, Any] = {"epoch": st.epoch}
-        if self.validate_every and (st.epoch + 1) % self.validate_every == 0:
+        if self._validates(st.epoch):
             logs.update(self._validate())
         if self.lr_scheduler is not None and self.lr_scheduler_interval == "epoch":
             self._marked(self.lr_scheduler.step)
@@ -528,13 +641,16 @@ class Trainer:
         self.model.eval()
         with torch.no_grad():
             for j in range(lo, hi):
+                batch = self._read(self._val_task(self.epoch, j, mbs[j]))
                 self._seed(part.micro_batch_seed(self.seed, self.epoch, -1, j))
-                out, target, loss = self._forward(mbs[j], self.test_ds)
+                with self.precision.autocast():
+                    loss, metric_args = self._forward(batch)
                 k = len(mbs[j])
                 aux = torch.empty(size, dtype=torch.float64, device=self.device)
                 aux[0] = loss.double() * k
                 for i, fn in enumerate(self.metrics.values()):
-                    aux[1 + i] = torch.as_tensor(fn(out, target), device=self.device).double() * k
+                    value = torch.as_tensor(fn(*metric_args), device=self.device)
+                    aux[1 + i] = value.double() * k
                 aux[-1] = k
                 parts.append(aux)
         self.model.train()
@@ -553,13 +669,24 @@ class Trainer:
     def _finish(self, logs: dict[str, Any]) -> None:
         if self.rank == 0 and self.result_dir is not None:
             path = atomic_save(
-                to_cpu(self.model.state_dict()),
+                to_cpu(self.module.state_dict()),
                 self.result_dir / "model" / "model_epoch_final.pth",
             )
             self._emit("model_saved", path=str(path))
-        self._emit("train_end", global_step=self.global_step)
+        self._emit("train_end", global_step=self.global_step, **self._compiled())
         for cb in self.callbacks:
             cb.on_train_end(logs)
+
+    def _compiled(self) -> dict[str, int]:
+        """For a compiled model, the graphs this process compiled: a resize that recompiled
+        would show here."""
+        if self.module is self.model:
+            return {}
+        try:
+            from torch._dynamo.utils import counters
+        except ImportError:  # a torch without dynamo's counters: nothing to say
+            return {}
+        return {"compiled_graphs": int(counters["stats"]["unique_graphs"])}
 
     def _resume_from_disk(self) -> bool:
         if self.result_dir is None:

@@ -2,8 +2,9 @@
 
 Runs the user's program as ``__main__`` in a process that the controller configured through
 ``EDT_*`` environment variables; the program's ``Trainer.fit`` then joins the elastic group.
-``EDT_NUM_THREADS`` (default 1) sets torch's intra-op threads, so that several CPU workers do not
-oversubscribe the cores and results do not depend on the thread count. ``EDT_WORKER_SETUP``
+``EDT_NUM_THREADS`` sets torch's intra-op threads; by default a GPU worker takes its GPU's share
+of the node's cores and a worker on a virtual GPU one thread, so that CPU workers do not
+oversubscribe the cores (``resources.py``). ``EDT_WORKER_SETUP``
 (``module:function``, set by a job plugin, see ``jobs.plugins``) is called before the program:
 an add-on's per-process rule (WMLA's own LOG_DIR per process) without the runtime knowing it.
 """
@@ -36,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
-    torch.set_num_threads(int(os.environ.get("EDT_NUM_THREADS", "1")))
+    from .resources import worker_threads
+
+    torch.set_num_threads(worker_threads())
     run_setup(os.environ.get(WORKER_SETUP_ENV))
     sys.argv = list(args)
     sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))

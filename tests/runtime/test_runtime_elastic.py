@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 from waiting import eventually_sync
+from workerruns import final_model, worker_steps
 
 from jupyter_edt.runtime import LocalController
 from jupyter_edt.runtime import partition as part
@@ -23,14 +24,6 @@ ARGS = ["--epochs", str(EPOCHS), "--batch", str(BATCH), "--micro", "3"]
 # virtual devices: CPU and gloo, also on a GPU machine; gradient buckets of 32 float64 (the
 # model has 178 parameters), so that the exchange starts during backward, bucket by bucket
 CPU = {"CUDA_VISIBLE_DEVICES": "", "EDT_BUCKET_BYTES": "256"}
-
-
-def _steps(events: list[dict[str, Any]], worker: str) -> list[dict[str, Any]]:
-    return [e for e in events if e["worker"] == worker and e["type"] == "step"]
-
-
-def _final(result_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(result_dir / "model" / "model_epoch_final.pth")
 
 
 def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -46,11 +39,11 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         ctl.start(1)
         assert ctl.wait(180) == {"w0": 0}
         events = ctl.events()
-    steps = _steps(events, "w0")
+    steps = worker_steps(events, "w0")
     return {
         "losses": [s["loss"] for s in steps],
         "val": [e["val_loss"] for e in events if e["type"] == "epoch"],
-        "final": _final(out),
+        "final": final_model(out),
     }
 
 
@@ -93,7 +86,7 @@ def test_elastic_1_3_2_1_with_a_kill_equals_the_fixed_run(
     # survivors keep their PIDs: every event of a worker comes from the process launched for it
     for w, pid in pids.items():
         assert {e["pid"] for e in events if e["worker"] == w} == {pid}
-    gens_of_w1 = {e["generation"] for e in _steps(events, "w1")}
+    gens_of_w1 = {e["generation"] for e in worker_steps(events, "w1")}
     assert gens_of_w1 == {2, 3}
 
     # the kill was noticed and the half-done step redone
@@ -109,12 +102,12 @@ def test_elastic_1_3_2_1_with_a_kill_equals_the_fixed_run(
     ]
 
     # equivalence with the fixed one-worker run, to 1e-9 in float64
-    steps = _steps(events, "w0")
+    steps = worker_steps(events, "w0")
     assert [s["global_step"] for s in steps] == list(range(EPOCHS * STEPS))
     assert [s["loss"] for s in steps] == pytest.approx(reference["losses"], abs=1e-9, rel=0)
     val = [e["val_loss"] for e in events if e["type"] == "epoch" and e["worker"] == "w0"]
     assert val == pytest.approx(reference["val"], abs=1e-9, rel=0)
-    assert _max_diff(_final(tmp_path), reference["final"]) <= 1e-9
+    assert _max_diff(final_model(tmp_path), reference["final"]) <= 1e-9
 
     # no sample lost or seen twice: committed steps are each epoch's steps exactly once, so
     # each epoch covers every index once; fetches beyond that come only from dropped steps
@@ -144,8 +137,8 @@ def test_four_workers_equal_the_fixed_run_bit_for_bit(
         assert set(ctl.wait(180).values()) == {0}
         events = ctl.events()
     for w in ("w0", "w3"):
-        assert [s["loss"] for s in _steps(events, w)] == reference["losses"]
-    assert _max_diff(_final(tmp_path), reference["final"]) == 0.0
+        assert [s["loss"] for s in worker_steps(events, w)] == reference["losses"]
+    assert _max_diff(final_model(tmp_path), reference["final"]) == 0.0
 
 
 def test_checkpoint_on_request_then_whole_job_killed_resumes_exactly(
@@ -172,11 +165,11 @@ def test_checkpoint_on_request_then_whole_job_killed_resumes_exactly(
         assert set(ctl.wait(180).values()) == {0}
         pids = set(ctl.pids().values())
         events = [e for e in ctl.events() if e["pid"] in pids]  # the logs append across runs
-    resumed = _steps(events, "w0")
+    resumed = worker_steps(events, "w0")
     assert {e["world_size"] for e in resumed} == {3}
     assert resumed[0]["global_step"] == 8 and resumed[0]["epoch"] == 1
     assert [s["loss"] for s in resumed] == pytest.approx(reference["losses"][8:], abs=1e-9, rel=0)
-    assert _max_diff(_final(tmp_path), reference["final"]) <= 1e-9
+    assert _max_diff(final_model(tmp_path), reference["final"]) <= 1e-9
     formed = [e for e in events if e["type"] == "generation" and e["world_size"] == 3]
     assert json.dumps(formed[-1]["receivers"]) == "[1, 2]"
 
@@ -203,7 +196,7 @@ def test_joiners_ordered_as_the_job_ends_are_stopped_not_started_over(tmp_path: 
     assert members == ("w0", "w1")
     theirs = [e["type"] for e in events if e["worker"] == joiners[0]]
     assert "train_begin" not in theirs and "step" not in theirs, theirs
-    assert [e["global_step"] for e in _steps(events, "w0")] == list(range(STEPS))
+    assert [e["global_step"] for e in worker_steps(events, "w0")] == list(range(STEPS))
 
 
 def test_a_member_that_dies_as_a_resize_is_decided_is_not_kept(tmp_path: Path) -> None:
