@@ -61,6 +61,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..runtime.batches import to_device
 from ..runtime.state import atomic_save, to_cpu
 from ..runtime.trainer import Callback as RuntimeCallback
 from ..runtime.trainer import Trainer, check_lr_scheduler
@@ -149,18 +150,6 @@ def _whole(name: str, value: Any, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     return value
-
-
-def _to_device(x: Any, device: torch.device) -> Any:
-    if isinstance(x, torch.Tensor):
-        return x.to(device, non_blocking=True)
-    if isinstance(x, list | tuple):
-        return (
-            type(x)(_to_device(v, device) for v in x)
-            if isinstance(x, tuple)
-            else [_to_device(v, device) for v in x]
-        )
-    return x
 
 
 class FabricModel:
@@ -341,25 +330,22 @@ class _HookTrainer(Trainer):
     eva: Evaluator
     _loader: Any = None
 
-    def _forward(
-        self, indices: list[int], ds: Any
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _forward(self, batch: Any) -> tuple[torch.Tensor, tuple[Any, Any]]:
         training = self.model.training and torch.is_grad_enabled()
         hook = self.fn_step_train if training else self.fn_test
         if hook is None:
-            return super()._forward(indices, ds)
-        data = tuple(_to_device(self.collate_fn([ds[i] for i in indices]), self.device))
+            return super()._forward(batch)
+        data = tuple(to_device(batch, self.device))
         if training:
-            return self._hook_step(data)
-        got = hook(self.model, iter([data]), self.fn_args)
-        loss, acc = got if isinstance(got, tuple | list) else (got, 0.0)
-        return (
-            torch.as_tensor(float(acc), dtype=torch.float64, device=self.device),
-            None,  # type: ignore[return-value]
-            torch.as_tensor(float(loss), dtype=torch.float64, device=self.device),
-        )
+            acc, loss = self._hook_step(data)
+        else:
+            got = hook(self.model, iter([data]), self.fn_args)
+            value, accuracy = got if isinstance(got, tuple | list) else (got, 0.0)
+            acc = torch.as_tensor(float(accuracy), dtype=torch.float64, device=self.device)
+            loss = torch.as_tensor(float(value), dtype=torch.float64, device=self.device)
+        return loss, (acc, None)  # the metrics pass the hook's own accuracy through
 
-    def _hook_step(self, data: tuple[Any, ...]) -> tuple[torch.Tensor, Any, torch.Tensor]:
+    def _hook_step(self, data: tuple[Any, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the user's step; return a loss whose gradient is the gradient it computed, so
         the runtime weights and sums it like its own."""
         assert self.fn_step_train is not None
@@ -386,7 +372,6 @@ class _HookTrainer(Trainer):
         value = torch.as_tensor(float(loss), dtype=surrogate.dtype, device=self.device)
         return (
             torch.as_tensor(float(acc), dtype=torch.float64, device=self.device),
-            None,
             surrogate - surrogate.detach() + value,
         )
 
