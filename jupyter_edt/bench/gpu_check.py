@@ -16,6 +16,9 @@ A self-contained check for a machine with NVIDIA GPUs; on one without CUDA it pr
   difference reported, tolerance 1e-9); checkpoints and the final model hold host tensors only;
   the reference's epoch-1 checkpoint resumes in this process on the CPU (tolerance 1e-6: other
   kernels) and on the GPU (1e-9);
+- mixed precision (``precision_check``): a float32 version of the job in bf16 and in fp16 (one
+  sample of fp16's training set overflows), on 2 workers shrunk to 1 and grown back, against 1
+  worker: parameters identical bit for bit, and fp16's skipped steps the same on every worker;
 - figures: ``grow_pause_s``, ``shrink_pause_s`` and ``reform_pause_s`` (the ``pause_s`` of the
   generation reports: re-form plus state transfer), ``recovery_s`` (SIGKILL to the survivor's
   next completed step).
@@ -56,26 +59,36 @@ H1, H2, H3 = 4, 10, 18  # holds: first resize, second resize, kill (mid epoch 2)
 TIMEOUT_S = 10.0  # the workers' collective timeout (EDT_TIMEOUT_S)
 WAIT_S = 150.0  # the longest wait for one phase
 TOL_GPU, TOL_CPU = 1e-9, 1e-6
+OVERFLOWING = 7  # fp16's training sample that overflows: the steps holding it are skipped
+PRECISIONS = ("bf16", "fp16")  # checked besides float64, on float32 weights
 READ_EVERY_S = 0.2  # how often --nvml reads the inventory under load
 BUSY_PERCENT = 20  # the utilisation under load that counts as risen (with more than idle)
 
 
-def _data(n: int, seed: int) -> Any:
+def _data(n: int, seed: int, precision: str = "32", overflow: bool = False) -> Any:
+    """float64 samples; float32 for mixed precision (autocast leaves float64 alone), and with
+    ``overflow`` one sample that overflows float16 (its inputs times 1e6)."""
     import torch
     from torch.utils.data import TensorDataset
 
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, N_IN, generator=g, dtype=torch.float64)
     w = torch.linspace(-1.0, 1.0, N_IN, dtype=torch.float64)
-    return TensorDataset(x, torch.tanh(x @ w) + 0.1 * x[:, 0] ** 2)
+    y = torch.tanh(x @ w) + 0.1 * x[:, 0] ** 2
+    if overflow:
+        x[OVERFLOWING] *= 1e6
+    if precision != "32":
+        x, y = x.float(), y.float()
+    return TensorDataset(x, y)
 
 
 def _mae(out: Any, y: Any) -> Any:
     return (out - y).abs().mean()
 
 
-def build(device: str = "auto") -> Any:
-    """The job's trainer; the same in the workers and in this process (for the resumes)."""
+def build(device: str = "auto", precision: str = "32") -> Any:
+    """The job's trainer; the same in the workers and in this process (for the resumes). In a
+    mixed ``precision`` it is float32, and fp16's training set has a sample that overflows."""
     import torch
     from torch import nn
 
@@ -89,15 +102,18 @@ def build(device: str = "auto") -> Any:
         nn.Dropout(0.2),
         nn.Linear(32, 1),
         nn.Flatten(0),
-    ).double()
+    )
+    model = model.double() if precision == "32" else model
+    overflow = precision == "fp16"
     return Trainer(
         model,
-        lambda: (_data(N_TRAIN, 1), _data(N_TEST, 2)),
+        lambda: (_data(N_TRAIN, 1, precision, overflow), _data(N_TEST, 2, precision)),
         nn.functional.mse_loss,
         lambda params: torch.optim.Adam(params, lr=0.01),
         metrics={"mae": _mae},
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.9),
         device=device,
+        precision=precision,
     )
 
 
@@ -218,6 +234,59 @@ def _resume_here(ref_dir: Path, out: Path, device: str) -> float:
     return _max_diff(_final(out), _final(ref_dir))
 
 
+def precision_check(
+    base: Path, precision: str, devices: list[dict[str, str]], env: dict[str, str]
+) -> dict[str, Any]:
+    """A mixed-precision job on 2 workers (``devices``: each one's environment), shrunk to 1 and
+    grown back, against the same job on 1 worker: the same parameters, bit for bit, and for
+    fp16 the same steps skipped, on every worker that took them."""
+    from jupyter_edt.runtime import LocalController
+
+    program = [__file__, "--program", "--precision", precision]
+
+    def run(out: Path, sizes: list[int]) -> list[dict[str, Any]]:
+        holds = [H1, H2][: len(sizes) - 1]  # a pause before each resize
+        with LocalController(program, out, timeout_s=TIMEOUT_S, env=env) as ctl:
+            if holds:
+                ctl.hold(holds[0])
+            ctl.start(sizes[0], devices[: sizes[0]])
+            for i, (at, n) in enumerate(zip(holds, sizes[1:], strict=True)):
+                ctl.wait_held(at, WAIT_S)
+                if n < len(ctl.members):
+                    gen, _ = ctl.resize(list(ctl.members[:n]), [], wait=False)
+                else:
+                    joiners = devices[len(ctl.members) : n]
+                    gen, _ = ctl.resize(list(ctl.members), joiners, wait=False)
+                if i + 1 < len(holds):
+                    ctl.hold(holds[i + 1])
+                ctl.release(at)
+                ctl.wait_formed(gen, WAIT_S)
+            codes = ctl.wait(WAIT_S)
+            if set(codes.values()) != {0}:
+                raise RuntimeError(f"{precision}: workers exited {codes}")
+            return ctl.events()
+
+    ref = run(base / f"{precision}-fixed", [1])
+    el = run(base / f"{precision}-elastic", [2, 1, 2])
+    diff = _max_diff(_final(base / f"{precision}-elastic"), _final(base / f"{precision}-fixed"))
+    checks = {f"{precision}_parameters_identical": diff == 0.0}
+    out: dict[str, Any] = {f"{precision}_max_abs_diff": diff}
+    if precision == "fp16":
+        ref_steps = _steps(ref, "w0")
+        skipped = [s["global_step"] for s in ref_steps if s["skipped"]]
+        seen: dict[int, set[bool]] = {}
+        for e in el:
+            if e["type"] == "step":
+                seen.setdefault(e["global_step"], set()).add(e["skipped"])
+        checks["fp16_skips_agree"] = bool(skipped) and [
+            seen.get(s["global_step"]) for s in ref_steps
+        ] == [{s["skipped"]} for s in ref_steps]
+        out["fp16_skipped_steps"] = skipped
+        out["fp16_final_loss_scale"] = ref_steps[-1]["loss_scale"] if ref_steps else None
+    out["checks"] = checks
+    return out
+
+
 def run_check(base: Path) -> dict[str, Any]:
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts here
     import torch
@@ -278,6 +347,12 @@ def run_check(base: Path) -> dict[str, Any]:
     gpu_diff = _resume_here(base / "ref", base / "resume-gpu", "cuda")
     checks["resume_on_cpu"] = cpu_diff <= TOL_CPU
     checks["resume_on_gpu"] = gpu_diff <= TOL_GPU
+    # mixed precision, on the GPUs as the elastic run used them
+    mixed = {**common, **({} if nccl else {"EDT_BACKEND": "gloo"})}
+    for precision in PRECISIONS:
+        got = precision_check(base, precision, [_gpu(0, gpus), _gpu(1, gpus)], mixed)
+        checks.update(got.pop("checks"))
+        result.update(got)
     result.update(
         {
             "reform_pause_s": ref["reform"]["pause_s"],
@@ -438,9 +513,10 @@ def main(argv: list[str] | None = None) -> int:
         "--load-s", type=float, default=5.0, help="--nvml: seconds of matmul load (default 5)"
     )
     ap.add_argument("--program", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--precision", default="32", help=argparse.SUPPRESS)  # the program's
     cfg = ap.parse_args(argv)
     if cfg.program:
-        _fit(build())
+        _fit(build(precision=cfg.precision))
         return 0
     if cfg.nvml:
         return _nvml_main(cfg)

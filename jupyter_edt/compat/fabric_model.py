@@ -15,8 +15,10 @@ not depend on the GPU count. ``engines_number`` defaults to the job's most GPUs
 Mapping of ``train``'s other arguments: ``validation_freq`` and ``checkpoint_freq`` are in
 epochs (0: never); a checkpoint epoch writes ``model/train/model_epoch_<N>.pth`` and
 ``model_epoch_<N>_optimizer_state.pth`` (N counts epochs from 1) besides the runtime's resumable
-``checkpoint/``. ``num_dataloader_threads`` is checked but the runtime reads samples in the
-worker itself; ``scaleup_function`` is accepted and never needed, since the effective batch (and
+``checkpoint/``. ``num_dataloader_threads`` caps the worker's DataLoader processes, which read
+its next micro-batches while it computes (its GPU's share of the node's cores decides below the
+cap; none on virtual GPUs, whose workers share the CPU); ``scaleup_function`` is accepted and
+never needed, since the effective batch (and
 so the learning rate) does not change when the job grows. ``train(..., fn_args={...})`` is
 handed to the custom hooks, ``seed=`` sets the data order's seed.
 
@@ -62,6 +64,7 @@ import torch
 from torch import nn
 
 from ..runtime.batches import to_device
+from ..runtime.resources import default_num_workers
 from ..runtime.state import atomic_save, to_cpu
 from ..runtime.trainer import Callback as RuntimeCallback
 from ..runtime.trainer import Trainer, check_lr_scheduler
@@ -300,6 +303,7 @@ class FabricModel:
             validate_every=validation_freq,
             seed=seed,
             result_dir=os.environ.get("RESULT_DIR") if "EDT_STORE" not in os.environ else None,
+            num_workers=min(num_dataloader_threads, default_num_workers(trainer.device.type)),
         )
         return self.history
 

@@ -322,3 +322,14 @@ def test_nvml_part_fails_when_the_utilisation_does_not_rise(fake_gpu: FakeNvml, 
     result = json.loads(capsys.readouterr().out)
     assert code == 1 and result["status"] == "failed"
     assert result["failed"] == ["utilization_rises_under_load"]
+
+
+def test_the_precision_check_passes_on_virtual_devices(tmp_path: Path) -> None:
+    """The GPU check's fp16 part, run here on two CPU workers (a GPU run gives each worker a
+    GPU): identical parameters after a shrink and a grow, the overflowing sample's steps
+    skipped on every worker."""
+    cpu = {"CUDA_VISIBLE_DEVICES": ""}
+    got = gpu_check.precision_check(tmp_path, "fp16", [cpu, cpu], {"EDT_NUM_THREADS": "1"})
+    assert got["checks"] == {"fp16_parameters_identical": True, "fp16_skips_agree": True}, got
+    assert got["fp16_max_abs_diff"] == 0.0
+    assert got["fp16_skipped_steps"] and got["fp16_final_loss_scale"] < 2.0**16
