@@ -72,6 +72,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..runtime.submission import EFFECTIVE_BATCH_ENV
 from . import events, latency, print_result
 from .latency import until
 
@@ -173,7 +174,7 @@ def service_run(root: Path, warm: bool, settle: int) -> dict[str, Any]:
     steps_file, stop_file = root / "steps.txt", root / "stop"
     env = {
         **QUIET,
-        "EDT_EFFECTIVE_BATCH_SIZE": str(GLOBAL_BATCH),
+        EFFECTIVE_BATCH_ENV: str(GLOBAL_BATCH),
         "BENCH_STEP_FILE": str(steps_file),
         "BENCH_STOP_FILE": str(stop_file),
     }

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..runtime.events import EventLog
 from ..runtime.jobdir import write_json_atomic
+from ..runtime.submission import EFFECTIVE_BATCH_ENV
 
 #: Under ``RESULT_DIR``: the integrations' checkpoints (``checkpoint-<global step>``, the name
 #: Hugging Face gives its own) and the record of the global batch. The elastic runtime keeps
@@ -29,9 +30,6 @@ from ..runtime.jobdir import write_json_atomic
 CHECKPOINTS = "checkpoints"
 BATCH_RECORD = "effective_batch.json"
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)(\.ckpt)?$")
-
-#: The global batch a job keeps at every size (``--effective-batch-size``, as for the Trainer).
-EFFECTIVE_BATCH_ENV = "EDT_EFFECTIVE_BATCH_SIZE"
 
 #: Why a checkpoint was written, in its event: the job is being restarted at another size.
 RESTART = "restart"

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from ..runtime.submission import EFFECTIVE_BATCH_ENV
+
 
 class JobState(str, enum.Enum):
     QUEUED = "QUEUED"
@@ -257,10 +259,6 @@ def parse_limits(data: Any) -> dict[str, int]:
     if "max_gpus" in data:
         limits["max_gpus"] = _int(data, "max_gpus", 1, MAX_GPUS_LIMIT)
     return limits
-
-
-#: The global batch a job keeps at every size (the runtime's Trainer and the integrations).
-EFFECTIVE_BATCH_ENV = "EDT_EFFECTIVE_BATCH_SIZE"
 
 
 def _check_effective_batch(env: Mapping[str, Any], min_gpus: int, max_gpus: int) -> None:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from ..jobs.models import ENV_NAME, RESERVED_ENV
+from ..runtime.submission import FIT_OPTION_ENV
 from .discovery import ENV_TOKEN, ENV_URL, HOW_TO_CONFIGURE, find_server, normalize_url
 from .errors import (
     BadRequest,
@@ -64,9 +65,7 @@ MODEL_PATH = "model/model_epoch_final.pth"
 
 # Options that reach the training program as environment variables (see ``training_env``).
 PROGRAM_ENV = {
-    "epochs": "EDT_EPOCHS",
-    "effective_batch_size": "EDT_EFFECTIVE_BATCH_SIZE",
-    "checkpoint_every": "EDT_CHECKPOINT_EVERY",
+    **{name: var for name, (var, _) in FIT_OPTION_ENV.items()},
     # DATA_DIR itself is the launcher's (reserved in a job's env); it takes it from EDT_DATA_DIR
     "data_dir": "EDT_DATA_DIR",
 }

@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from ..runtime.submission import EPOCHS_ENV
+
 # fields of an emetrics record (``compat.formats.emetrics_record``) that are not its values
 EMETRICS_FIELDS = frozenset({"type", "id", "time", "group", "iteration", "rindex", "subid"})
 
@@ -76,7 +78,7 @@ def format_line(job: Any, tracker: MetricsTracker | None, elapsed: float) -> str
         parts.append(f"GPUs {len(job.devices)}/{job.max_gpus}")
     else:
         parts.append(f"max GPUs {job.max_gpus}")
-    total = _int(job.spec.get("env", {}).get("EDT_EPOCHS"))
+    total = _int(job.spec.get("env", {}).get(EPOCHS_ENV))
     step = tracker.step if tracker else None
     if step is not None:
         epoch = int(step.get("epoch", 0))

@@ -16,6 +16,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from . import partition as part
 from .group import select_device
+from .submission import FIT_OPTION_ENV
 
 __all__ = [
     "ENV_OPTIONS",
@@ -33,11 +34,7 @@ __all__ = [
 LR_SCHEDULER_INTERVALS = ("epoch", "step")
 
 # fit() argument -> (environment variable, lowest allowed value)
-ENV_OPTIONS = {
-    "epochs": ("EDT_EPOCHS", 1),
-    "effective_batch_size": ("EDT_EFFECTIVE_BATCH_SIZE", 1),
-    "checkpoint_every": ("EDT_CHECKPOINT_EVERY", 0),
-}
+ENV_OPTIONS = FIT_OPTION_ENV
 
 
 def check_fit_args(
