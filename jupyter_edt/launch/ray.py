@@ -421,7 +421,7 @@ class RayLauncher(Launcher):
         copy: tuple[str | None, Any] = (None, None)
         if spec.job_dir is not None and node != here and not self.shared_fs:
             copy = (str(spec.job_dir), ray.put(pack(spec.job_dir)))
-        keeper = self._keeper_class.options(
+        options = self._keeper_class.options(
             name=keeper_name(spec),
             namespace=self.namespace,
             lifetime="detached" if self.detached else None,
@@ -429,8 +429,44 @@ class RayLauncher(Launcher):
             num_gpus=gpus,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
             max_restarts=0,
-        ).remote()
+        )
+        try:
+            keeper = options.remote()
+        except ValueError as err:  # the name is taken: by a keeper of a process now gone?
+            if "already taken" not in str(err):
+                raise
+            self._free_name(keeper_name(spec))
+            keeper = options.remote()
         return spec, keeper, keeper.start.remote(spec, *copy)
+
+    def _free_name(self, name: str) -> None:
+        """Free the name of an earlier keeper that cannot be reached: a job resumed after its
+        driver's node crashed asks for its driver's name again before Ray has declared that
+        node dead (a busy cluster takes tens of seconds), and its detached keeper still holds
+        the name. A keeper that answers keeps it: a second process of that name is refused."""
+        import ray
+        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+
+        try:
+            old = ray.get_actor(name, namespace=self.namespace)
+        except ValueError:  # gone meanwhile
+            return
+        try:
+            ray.get(old.identity.remote(), timeout=CALL_TIMEOUT_S)
+        except (RayActorError, ActorUnavailableError, GetTimeoutError):
+            log.warning("%s: an earlier keeper of that name is unreachable; ending it", name)
+            with contextlib.suppress(Exception):
+                ray.kill(old, no_restart=True)
+        else:
+            raise ValueError(f"{name} is already kept by a running keeper") from None
+        deadline = time.monotonic() + UNREACHABLE_S
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                return
+            time.sleep(0.2)
+        raise ValueError(f"{name}: the name of an unreachable keeper was not freed in time")
 
     def _end(self, spec: ProcessSpec, keeper: Any, answer: Any, deadline: float) -> RayProcess:
         import ray

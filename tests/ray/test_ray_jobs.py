@@ -357,8 +357,8 @@ def test_a_job_whose_only_node_dies_resumes_from_its_checkpoint_elsewhere(
     assert epochs == {0, 1, 2}  # the resumed run's records came back after the first's
 
 
-# still running while another job comes and goes (about 30 s)
-ELASTIC = exact_program(12, 4, work_s=0.3, checkpoint_every=0)
+# still running while another job comes and goes (48 steps: about 15 s on 4 workers)
+ELASTIC = exact_program(8, 4, work_s=0.3, checkpoint_every=0)
 
 
 def worker_pids(job_id: str) -> dict[str, tuple[int, str]]:
@@ -410,8 +410,8 @@ def assert_equals_reference(service, job_id: str, tmp_path, code: str = ELASTIC)
 
 def test_a_job_shrinks_in_place_to_one_node_and_grows_back_exactly(cluster, service, tmp_path):
     """4 GPUs over both nodes; a second job arrives: the first keeps the 2 workers of one node
-    (same processes) and the newcomer gets the other node; once it ends (cancelled once it
-    trains: its own success is another test's), the first grows back to 4. The result equals
+    (same processes) and the newcomer gets the other node; once it ends (cancelled: its own
+    success is another test's), the first grows back to 4. The result equals
     an uninterrupted 1-worker run of the same program."""
     big = api(service, "POST", "jobs", {"code": ELASTIC, "max_gpus": 4, "name": "elastic"})
     before = on_4_workers(service, big["id"])
@@ -421,7 +421,7 @@ def test_a_job_shrinks_in_place_to_one_node_and_grows_back_exactly(cluster, serv
         service,
         "POST",
         "jobs",
-        {"code": program(1000, samples=48, delay=0.05), "max_gpus": 2, "name": "newcomer"},
+        {"code": program(2, samples=48, delay=0.05), "max_gpus": 2, "name": "newcomer"},
     )
     shrunk = wait_job(
         service, big["id"], "the first job on 2 GPUs", lambda j: len(j["devices"]) == 2
@@ -432,12 +432,8 @@ def test_a_job_shrinks_in_place_to_one_node_and_grows_back_exactly(cluster, serv
         lambda: worker_pids(big["id"]), "2 workers left", until=lambda w: len(w) == 2
     )
     assert all(before[w] == after[w] for w in after)  # the survivors' very processes
-    eventually_sync(
-        lambda: api(service, "GET", f"jobs/{small['id']}/metrics")["metrics"],
-        "the newcomer training",
-        until=bool,
-        timeout=DEADLINE_S,
-    )
+    # the newcomer ends as soon as it holds its GPUs: the first job has most of its steps left
+    # to take at 4, however long a newcomer takes to start on a busy machine
     assert api(service, "DELETE", f"jobs/{small['id']}")["state"] == "CANCELLED"
     wait_job(
         service,
