@@ -11,10 +11,14 @@ import os
 import signal
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from multiuser import ADMINS, TokenPerUser
+
+from jupyter_edt.launch.forkserver import ForkServer
+from jupyter_edt.launch.local import LocalLauncher
 
 # How long processes a test just stopped may take to end before they count as left running.
 EXIT_GRACE_S = 5.0
@@ -84,6 +88,21 @@ def no_process_outlives_its_test(request, tmp_path):
             f"killed them: {sorted(left.values())}",
             stacklevel=1,
         )
+
+
+@pytest.fixture(scope="session")
+def warm_launcher() -> Iterator[Callable[[], LocalLauncher]]:
+    """Launchers for a `LocalController` whose workers are forked warm, as the service starts
+    them (`launch/forkserver.py`), from one fork server for the whole session that preloaded
+    torch, the runtime, Hugging Face's GPT-2 and dynamo: a worker starts in milliseconds
+    instead of the seconds an interpreter takes to import torch. A launcher per controller."""
+    server = ForkServer(warm=["transformers.models.gpt2", "torch._dynamo"])
+    server.start()
+    try:
+        assert server.wait_ready(180), "the fork server did not preload"
+        yield lambda: LocalLauncher(own_session=False, forkserver=server.name)
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -553,33 +553,39 @@ class ForkClient:
 
 
 class StatusPipe:
-    """The read end of a forked process's status pipe: its exit code once it has ended."""
+    """The read end of a forked process's status pipe: its exit code once it has ended.
+
+    Several threads may ask at once (a controller's watcher polls while another thread
+    waits). The descriptor stays open until this object goes: a thread waiting in ``select``
+    on it wakes at its end of file, where one closed under it by another thread would never
+    wake it (Linux does not), and it would wait out its whole timeout."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         os.set_blocking(fd, False)
         self._data = b""
+        self._lock = threading.Lock()
         self.code: int | None = None
 
     def poll(self) -> int | None:
-        if self.code is not None:
+        with self._lock:  # one reader at a time: the bytes are gathered in order
+            if self.code is not None:
+                return self.code
+            while True:
+                try:
+                    chunk = os.read(self.fd, 64)
+                except BlockingIOError:
+                    return None
+                if not chunk:
+                    break
+                self._data += chunk
+            usable = len(self._data) - len(self._data) % _CODE.size
+            # the server's reaped status comes last when it lived; the child's own otherwise;
+            # none: killed while the server was gone
+            self.code = (
+                _CODE.unpack_from(self._data, usable - _CODE.size)[0] if usable else -signal.SIGKILL
+            )
             return self.code
-        while True:
-            try:
-                chunk = os.read(self.fd, 64)
-            except BlockingIOError:
-                return None
-            if not chunk:
-                break
-            self._data += chunk
-        usable = len(self._data) - len(self._data) % _CODE.size
-        # the server's reaped status comes last when it lived; the child's own otherwise; none:
-        # killed while the server was gone
-        self.code = (
-            _CODE.unpack_from(self._data, usable - _CODE.size)[0] if usable else -signal.SIGKILL
-        )
-        os.close(self.fd)
-        return self.code
 
     def wait(self, timeout: float | None) -> int | None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -594,6 +600,10 @@ class StatusPipe:
             finally:
                 sel.close()
         return code
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -558,9 +558,9 @@ class LocalController:
             return  # no generation ever formed: not the elastic runtime's workers
         trained = set(formed["members"])
         late = [w for w in self.members if w not in trained]
-        if late:
-            self._stop_workers(late)
+        if late:  # no longer members before they are seen to end
             self.members = tuple(w for w in self.members if w in trained)
+            self._stop_workers(late)
 
     def _reap_leavers(self) -> None:
         """See the end of workers that left the group: a cluster launcher then frees what

@@ -423,7 +423,7 @@ fm.train(2, 2, 4, checkpoint_freq=2)
 
 
 @pytest.mark.parametrize("kind", ["builtin", "hook"])
-def test_the_result_does_not_depend_on_the_worker_count(tmp_path, kind):
+def test_the_result_does_not_depend_on_the_worker_count(tmp_path, kind, warm_launcher):
     """The same FabricModel program on 1 and on 2 gloo workers ends with the same bits."""
     from jupyter_edt.runtime.control import LocalController
 
@@ -432,7 +432,9 @@ def test_the_result_does_not_depend_on_the_worker_count(tmp_path, kind):
     finals = []
     for workers in (1, 2):
         result = tmp_path / f"result{workers}"
-        with LocalController([str(program), kind], result, timeout_s=10) as ctl:
+        with LocalController(
+            [str(program), kind], result, timeout_s=10, launcher=warm_launcher()
+        ) as ctl:
             ctl.start(workers)
             codes = ctl.wait(timeout_s=240)
         assert set(codes.values()) == {0}, (result / "logs").glob("*.out")
@@ -539,13 +541,13 @@ def scheduled(tmp_path_factory):
     return program, plain
 
 
-def _equals_plain_run(scheduled, result_dir, mode, workers):
+def _equals_plain_run(scheduled, result_dir, mode, workers, launcher):
     """Run the scheduled program on ``workers`` gloo workers (``"grow"``: 1, then 2 from step
     3, in the first epoch); whether its final model is the plain process's, bit for bit."""
     from jupyter_edt.runtime.control import LocalController
 
     program, plain = scheduled
-    with LocalController([str(program), mode], result_dir, timeout_s=10) as ctl:
+    with LocalController([str(program), mode], result_dir, timeout_s=10, launcher=launcher) as ctl:
         if workers == "grow":
             ctl.hold(3)
             ctl.start(1)
@@ -563,19 +565,25 @@ def _equals_plain_run(scheduled, result_dir, mode, workers):
     return all(torch.equal(final[k], want[k]) for k in want)
 
 
-def test_a_step_lr_in_user_callback_gives_the_plain_run_on_1_and_2_workers(scheduled, tmp_path):
+def test_a_step_lr_in_user_callback_gives_the_plain_run_on_1_and_2_workers(
+    scheduled, tmp_path, warm_launcher
+):
     """``user_callback`` runs on rank 0 alone; its scheduler's lr reaches the other worker."""
-    assert _equals_plain_run(scheduled, tmp_path / "one", "callback", 1)
-    assert _equals_plain_run(scheduled, tmp_path / "two", "callback", 2)
+    assert _equals_plain_run(scheduled, tmp_path / "one", "callback", 1, warm_launcher())
+    assert _equals_plain_run(scheduled, tmp_path / "two", "callback", 2, warm_launcher())
 
 
-def test_a_step_lr_in_user_callback_gives_the_plain_run_through_a_grow(scheduled, tmp_path):
-    assert _equals_plain_run(scheduled, tmp_path, "callback", "grow")
+def test_a_step_lr_in_user_callback_gives_the_plain_run_through_a_grow(
+    scheduled, tmp_path, warm_launcher
+):
+    assert _equals_plain_run(scheduled, tmp_path, "callback", "grow", warm_launcher())
 
 
-def test_an_lr_scheduler_stepped_per_step_moves_to_the_joiner_of_a_grow(scheduled, tmp_path):
+def test_an_lr_scheduler_stepped_per_step_moves_to_the_joiner_of_a_grow(
+    scheduled, tmp_path, warm_launcher
+):
     """On every worker; the joiner's scheduler continues from the sender's state."""
-    assert _equals_plain_run(scheduled, tmp_path, "step", "grow")
+    assert _equals_plain_run(scheduled, tmp_path, "step", "grow", warm_launcher())
 
 
 def test_the_server_reads_emetrics_files_into_metric_records(tmp_path):

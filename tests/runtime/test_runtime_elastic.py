@@ -32,10 +32,12 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def reference(tmp_path_factory: pytest.TempPathFactory, warm_launcher) -> dict[str, Any]:
     """The same job on one fixed worker."""
     out = tmp_path_factory.mktemp("ref")
-    with LocalController([PROGRAM, *ARGS], out, timeout_s=10, env=CPU) as ctl:
+    with LocalController(
+        [PROGRAM, *ARGS], out, timeout_s=10, env=CPU, launcher=warm_launcher()
+    ) as ctl:
         ctl.start(1)
         assert ctl.wait(180) == {"w0": 0}
         events = ctl.events()
@@ -48,12 +50,16 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_elastic_1_3_2_1_with_a_kill_equals_the_fixed_run(
-    reference: dict[str, Any], tmp_path: Path
+    reference: dict[str, Any], tmp_path: Path, warm_launcher
 ) -> None:
     record = tmp_path / "served"
     record.mkdir()
     with LocalController(
-        [PROGRAM, *ARGS, "--record", str(record)], tmp_path, timeout_s=10, env=CPU
+        [PROGRAM, *ARGS, "--record", str(record)],
+        tmp_path,
+        timeout_s=10,
+        env=CPU,
+        launcher=warm_launcher(),
     ) as ctl:
         ctl.hold(3)
         ctl.start(1)
@@ -128,11 +134,13 @@ def test_elastic_1_3_2_1_with_a_kill_equals_the_fixed_run(
 
 
 def test_four_workers_equal_the_fixed_run_bit_for_bit(
-    reference: dict[str, Any], tmp_path: Path
+    reference: dict[str, Any], tmp_path: Path, warm_launcher
 ) -> None:
     """4 micro-batches a step on 4 workers, and 3 on the last, partial step of an epoch: a
     worker without any micro-batch still owns a chunk of the sum."""
-    with LocalController([PROGRAM, *ARGS], tmp_path, timeout_s=10, env=CPU) as ctl:
+    with LocalController(
+        [PROGRAM, *ARGS], tmp_path, timeout_s=10, env=CPU, launcher=warm_launcher()
+    ) as ctl:
         ctl.start(4)
         assert set(ctl.wait(180).values()) == {0}
         events = ctl.events()
@@ -142,10 +150,10 @@ def test_four_workers_equal_the_fixed_run_bit_for_bit(
 
 
 def test_checkpoint_on_request_then_whole_job_killed_resumes_exactly(
-    reference: dict[str, Any], tmp_path: Path
+    reference: dict[str, Any], tmp_path: Path, warm_launcher
 ) -> None:
     args = [PROGRAM, *ARGS, "--checkpoint-every", "2"]
-    with LocalController(args, tmp_path, timeout_s=10, env=CPU) as ctl:
+    with LocalController(args, tmp_path, timeout_s=10, env=CPU, launcher=warm_launcher()) as ctl:
         ctl.hold(7)
         ctl.start(2)
         ctl.wait_held(7)
@@ -160,7 +168,7 @@ def test_checkpoint_on_request_then_whole_job_killed_resumes_exactly(
     assert ckpts == ["ckpt-000000008.pt"]  # on request after step 7, mid-epoch 1
     assert not (tmp_path / "model").exists()
 
-    with LocalController(args, tmp_path, timeout_s=10, env=CPU) as ctl:
+    with LocalController(args, tmp_path, timeout_s=10, env=CPU, launcher=warm_launcher()) as ctl:
         ctl.start(3)
         assert set(ctl.wait(180).values()) == {0}
         pids = set(ctl.pids().values())
@@ -174,14 +182,18 @@ def test_checkpoint_on_request_then_whole_job_killed_resumes_exactly(
     assert json.dumps(formed[-1]["receivers"]) == "[1, 2]"
 
 
-def test_joiners_ordered_as_the_job_ends_are_stopped_not_started_over(tmp_path: Path) -> None:
+def test_joiners_ordered_as_the_job_ends_are_stopped_not_started_over(
+    tmp_path: Path, warm_launcher
+) -> None:
     """A grow ordered after the members' last step: they never come to the new generation, so
     its joiners would form one of their own, with nobody holding the state, and train the job
     again from its start. The controller stops them once a member has finished."""
     linger = tmp_path / "linger"
     linger.mkdir()
     program = [PROGRAM, "--epochs", "1", "--batch", str(BATCH), "--linger", str(linger)]
-    with LocalController(program, tmp_path / "out", timeout_s=10, env=CPU) as ctl:
+    with LocalController(
+        program, tmp_path / "out", timeout_s=10, env=CPU, launcher=warm_launcher()
+    ) as ctl:
         ctl.start(2)
         eventually_sync(
             lambda: all((linger / f"trained-{w}").exists() for w in ("w0", "w1")),
@@ -199,12 +211,16 @@ def test_joiners_ordered_as_the_job_ends_are_stopped_not_started_over(tmp_path: 
     assert [e["global_step"] for e in worker_steps(events, "w0")] == list(range(STEPS))
 
 
-def test_a_member_that_dies_as_a_resize_is_decided_is_not_kept(tmp_path: Path) -> None:
+def test_a_member_that_dies_as_a_resize_is_decided_is_not_kept(
+    tmp_path: Path, warm_launcher
+) -> None:
     """The driver reads the members, decides, then resizes; a member that died in between (its
     node lost, say) has been dropped by the watcher. The resize keeps the others and the job
     goes on (it failed the whole job, as a ValueError in the driver, before)."""
-    program = [PROGRAM, "--epochs", "200", "--batch", str(BATCH)]
-    with LocalController(program, tmp_path / "out", timeout_s=10, env=CPU) as ctl:
+    program = [PROGRAM, "--epochs", "60", "--batch", str(BATCH)]
+    with LocalController(
+        program, tmp_path / "out", timeout_s=10, env=CPU, launcher=warm_launcher()
+    ) as ctl:
         ctl.start(2)
         ctl.wait_formed(1)
         seen = ctl.members  # what the driver decided from

@@ -3,11 +3,11 @@ at a fixed size, bit for bit: bf16 autocast with clipping and augmented samples 
 DataLoader processes (a fixed run that reads in place), fp16's skipped steps agreed on every
 worker with the loss scale moving to joiners, and a Hugging Face model on dict batches that
 returns its own loss. Real workers (gloo, CPU, one thread each) through ``LocalController``,
-forked warm from a fork server that preloaded torch and transformers, as the service's are."""
+forked warm (the session's ``warm_launcher``), as the service's are."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,32 +15,19 @@ import pytest
 import torch
 from workerruns import final_model, worker_steps
 
-from jupyter_edt.launch.forkserver import ForkServer
 from jupyter_edt.launch.local import LocalLauncher
 from jupyter_edt.runtime import LocalController
 from jupyter_edt.runtime import partition as part
 
 OVERFLOWING = 5  # programs/features.py's sample that overflows fp16
+Launch = Callable[[], LocalLauncher]  # conftest's warm_launcher
 PROGRAM = str(Path(__file__).parent / "programs" / "features.py")
 STEPS = 10  # 40 samples, global batch 8, 2 epochs; 4 micro-batches of 2 a step
 CPU = {"CUDA_VISIBLE_DEVICES": "", "EDT_NUM_THREADS": "1", "EDT_BUCKET_BYTES": "256"}
 
 
-@pytest.fixture(scope="module")
-def warm() -> Iterator[str]:
-    """The module's fork server (its name)."""
-    server = ForkServer(warm=["transformers.models.gpt2", "torch._dynamo"])
-    server.start()
-    try:
-        assert server.wait_ready(120), "the fork server did not preload"
-        yield server.name
-    finally:
-        server.stop()
-
-
-def _controller(warm: str, args: list[str], out: Path) -> LocalController:
-    launcher = LocalLauncher(own_session=False, forkserver=warm)
-    return LocalController([PROGRAM, *args], out, timeout_s=10, env=CPU, launcher=launcher)
+def _controller(launch: Launch, args: list[str], out: Path) -> LocalController:
+    return LocalController([PROGRAM, *args], out, timeout_s=10, env=CPU, launcher=launch())
 
 
 def _identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -49,20 +36,20 @@ def _identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
         assert torch.equal(a[k], b[k]), k
 
 
-def fixed(warm: str, out: Path, args: list[str], workers: int = 1) -> list[dict[str, Any]]:
+def fixed(launch: Launch, out: Path, args: list[str], workers: int = 1) -> list[dict[str, Any]]:
     """The job at a fixed size; its events."""
-    with _controller(warm, args, out) as ctl:
+    with _controller(launch, args, out) as ctl:
         ctl.start(workers)
         assert set(ctl.wait(240).values()) == {0}, ctl.log_dir
         return ctl.events()
 
 
 def elastic(
-    warm: str, out: Path, args: list[str], sizes: list[int]
+    launch: Launch, out: Path, args: list[str], sizes: list[int]
 ) -> tuple[list[dict[str, Any]], list]:
     """The job started at ``sizes[0]`` workers and resized to each next size, two steps apart;
     its events and the sizes it formed at."""
-    with _controller(warm, args, out) as ctl:
+    with _controller(launch, args, out) as ctl:
         at = 2
         ctl.hold(at)
         ctl.start(sizes[0])
@@ -80,14 +67,16 @@ def elastic(
 
 
 def test_bf16_clipped_augmented_and_read_by_loaders_grown_and_shrunk_equals_a_fixed_run(
-    warm: str, tmp_path: Path
+    warm_launcher: Launch, tmp_path: Path
 ) -> None:
     """bf16 autocast and clipping by the global norm; samples with random augmentation read by
     2 DataLoader processes per worker in the elastic run and in place in the fixed one: the
     same data, the same updates."""
     args = ["--precision", "bf16", "--clip-norm", "0.05"]
-    ref = fixed(warm, tmp_path / "fixed", [*args, "--num-workers", "0"])
-    events, sizes = elastic(warm, tmp_path / "elastic", [*args, "--num-workers", "2"], [1, 3, 2])
+    ref = fixed(warm_launcher, tmp_path / "fixed", [*args, "--num-workers", "0"])
+    events, sizes = elastic(
+        warm_launcher, tmp_path / "elastic", [*args, "--num-workers", "2"], [1, 3, 2]
+    )
     assert sizes == [1, 3, 2]
     _identical(final_model(tmp_path / "elastic"), final_model(tmp_path / "fixed"))
     steps, ref_steps = worker_steps(events, "w0"), worker_steps(ref, "w0")
@@ -110,13 +99,13 @@ def test_bf16_clipped_augmented_and_read_by_loaders_grown_and_shrunk_equals_a_fi
 
 
 def test_fp16_overflows_are_skipped_on_every_worker_and_the_scale_moves_to_joiners(
-    warm: str, tmp_path: Path
+    warm_launcher: Launch, tmp_path: Path
 ) -> None:
     """One sample overflows fp16: the step that holds it is skipped everywhere, and the
     halved loss scale reaches the workers that join later."""
     args = ["--precision", "fp16", "--overflow"]
-    ref = fixed(warm, tmp_path / "fixed", args)
-    events, sizes = elastic(warm, tmp_path / "elastic", args, [1, 3, 2])
+    ref = fixed(warm_launcher, tmp_path / "fixed", args)
+    events, sizes = elastic(warm_launcher, tmp_path / "elastic", args, [1, 3, 2])
     assert sizes == [1, 3, 2]
     _identical(final_model(tmp_path / "elastic"), final_model(tmp_path / "fixed"))
     ref_steps = worker_steps(ref, "w0")
@@ -138,11 +127,13 @@ def test_fp16_overflows_are_skipped_on_every_worker_and_the_scale_moves_to_joine
     assert any(g < joined for g in skipped), (skipped, joined)
 
 
-def test_a_hugging_face_model_on_dict_batches_with_its_own_loss(warm: str, tmp_path: Path) -> None:
+def test_a_hugging_face_model_on_dict_batches_with_its_own_loss(
+    warm_launcher: Launch, tmp_path: Path
+) -> None:
     """A tiny GPT-2 from its config, batches of {input_ids, labels}, ``loss_fn=None``; metrics
     get the output and the batch."""
-    ref = fixed(warm, tmp_path / "fixed", ["--model", "gpt"])
-    events, sizes = elastic(warm, tmp_path / "elastic", ["--model", "gpt"], [2, 1])
+    ref = fixed(warm_launcher, tmp_path / "fixed", ["--model", "gpt"])
+    events, sizes = elastic(warm_launcher, tmp_path / "elastic", ["--model", "gpt"], [2, 1])
     assert sizes == [2, 1]
     _identical(final_model(tmp_path / "elastic"), final_model(tmp_path / "fixed"))
     steps = worker_steps(events, "w0")
@@ -152,15 +143,15 @@ def test_a_hugging_face_model_on_dict_batches_with_its_own_loss(warm: str, tmp_p
 
 
 def test_a_compiled_model_grows_and_shrinks_without_compiling_again(
-    warm: str, tmp_path: Path
+    warm_launcher: Launch, tmp_path: Path
 ) -> None:
     """``torch.compile`` (the aot_eager backend: dynamo's capture and guards, AOTAutograd's
     backward, without inductor's C++ build, which the benchmark measures): the micro-batch's
     shape never changes with the allocation, so no worker compiles more graphs than a fixed
     run's, a joiner included; the saved model is the plain module's."""
     args = ["--compile", "aot_eager"]
-    ref = fixed(warm, tmp_path / "fixed", args)
-    events, sizes = elastic(warm, tmp_path / "elastic", args, [2, 1, 2])
+    ref = fixed(warm_launcher, tmp_path / "fixed", args)
+    events, sizes = elastic(warm_launcher, tmp_path / "elastic", args, [2, 1, 2])
     assert sizes == [2, 1, 2]
     final = final_model(tmp_path / "elastic")
     _identical(final, final_model(tmp_path / "fixed"))

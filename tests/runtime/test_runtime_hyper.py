@@ -206,14 +206,18 @@ def _plain(**options: bool) -> Trainer:
     return plain
 
 
-def test_changes_on_some_workers_reach_all_and_equal_one_process(tmp_path: Path) -> None:
+def test_changes_on_some_workers_reach_all_and_equal_one_process(
+    tmp_path: Path, warm_launcher
+) -> None:
     """Rank 0 halves lr after a per-epoch scheduler step on every worker; the last rank changes
     betas and weight decay before a step in which it has no micro-batch. On 4 workers the result
     is the plain process's, where one rank makes every change."""
     plain = _plain(tweak=True)
     lr = plain.optimizer.param_groups[0]["lr"]
     assert lr == pytest.approx(0.01 * (0.9 * 0.5) ** EPOCHS)
-    with LocalController([str(PROGRAM), *ARGS, "--tweak"], tmp_path, env=CPU) as ctl:
+    with LocalController(
+        [str(PROGRAM), *ARGS, "--tweak"], tmp_path, env=CPU, launcher=warm_launcher()
+    ) as ctl:
         ctl.start(4)
         assert set(ctl.wait(180).values()) == {0}
         events = ctl.events()
@@ -232,14 +236,16 @@ def test_changes_on_some_workers_reach_all_and_equal_one_process(tmp_path: Path)
     assert betas_from_rank_3 == {(w, e * steps + 4) for w in ("w0", "w1", "w2") for e in (0, 1, 2)}
 
 
-def test_joiners_take_the_job_s_hyperparameters_and_pending_changes(tmp_path: Path) -> None:
+def test_joiners_take_the_job_s_hyperparameters_and_pending_changes(
+    tmp_path: Path, warm_launcher
+) -> None:
     """A grow 1 -> 3 in epoch 1: the joiners' own ``on_train_begin`` (which sets the starting
     lr) changes nothing, they continue the scheduler, and the changes on rank 0 and on the last
     rank go on reaching everyone."""
     plain = _plain(tweak=True, begin_lr=True)
     assert plain.optimizer.param_groups[0]["lr"] == pytest.approx(0.02 * (0.9 * 0.5) ** EPOCHS)
     args = [str(PROGRAM), *ARGS, "--tweak", "--begin-lr"]
-    with LocalController(args, tmp_path, env=CPU) as ctl:
+    with LocalController(args, tmp_path, env=CPU, launcher=warm_launcher()) as ctl:
         ctl.hold(7)
         ctl.start(1)
         ctl.wait_held(7)
@@ -252,9 +258,11 @@ def test_joiners_take_the_job_s_hyperparameters_and_pending_changes(tmp_path: Pa
     assert all(torch.equal(final[k], want[k]) for k in want)
 
 
-def test_conflicting_changes_stop_every_worker_with_the_values_and_ranks(tmp_path: Path) -> None:
+def test_conflicting_changes_stop_every_worker_with_the_values_and_ranks(
+    tmp_path: Path, warm_launcher
+) -> None:
     args = [str(PROGRAM), *ARGS, "--conflict"]
-    with LocalController(args, tmp_path, env=CPU) as ctl:
+    with LocalController(args, tmp_path, env=CPU, launcher=warm_launcher()) as ctl:
         ctl.start(2)
         codes = ctl.wait(180)
         events = ctl.events()
