@@ -31,7 +31,8 @@
 #   runtime_w2, runtime_w4, runtime_w8
 #               bench.runtime --workers N on gloo: overhead against DDP, grow/shrink pauses,
 #               recovery (80, 100, 130 / w2 only, --quick, 120)
-#   models      bench.models (the real-model benchmark), if it exists (150 / 120)
+#   models      bench.models, if it exists: the Trainer against DDP under torchrun on ResNet-18
+#               and a small GPT-2, CUDA at 1 worker and gloo at 2, 4, 8 (200 / --quick, 120)
 #   server_env  the Jupyter-side packages for the next two: present, or installed from wheels
 #               (90 / 90)
 #   latency     bench.latency, warm and cold (200 / --quick, 150)
@@ -196,15 +197,16 @@ for n in 2 4 8; do
   fi
 done
 
-# -- the real-model benchmark (issue 26), once it exists ----------------------------------------
-# When it lands, give it its sizes here: on CUDA at 1 worker, on gloo at 2, 4 and 8 workers.
+# -- the real-model benchmark (issue 26): ResNet-18 and a small GPT-2, the Trainer against DDP --
+# Real run: on CUDA at 1 worker (and its data-bound runs), then on gloo (virtual devices, the
+# CPU's cores shared among 8) at 2, 4 and 8 workers; 18 launches, each a job or a torchrun.
 if selected models; then
   if ! present jupyter_edt.bench.models; then
     skip models "not present: jupyter_edt.bench.models has not landed"
   elif ((DRY)); then
-    bench models 120 jupyter_edt.bench.models --quick
+    bench models 120 jupyter_edt.bench.models --quick --workers 2
   else
-    bench models 150 jupyter_edt.bench.models
+    bench models 200 jupyter_edt.bench.models --device cuda --workers 1 --gloo-workers 2,4,8
   fi
 fi
 

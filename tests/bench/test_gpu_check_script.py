@@ -324,6 +324,26 @@ def test_nvml_part_fails_when_the_utilisation_does_not_rise(fake_gpu: FakeNvml, 
     assert result["failed"] == ["utilization_rises_under_load"]
 
 
+def test_the_models_part_compares_the_trainer_with_ddp_on_both_architectures(dry_run) -> None:
+    """bench.models --quick --workers 2: ResNet-18 and a small GPT-2, the Trainer beside DDP
+    (figures only: a 2-core machine's speeds are no target), and the data-bound variant with
+    0 and 2 DataLoader workers, in the shape a GPU run gives."""
+    result = _part(dry_run, "models")["result"]
+    assert result["device"] == "cpu" and result["interrupted"] is False
+    for arch in ("resnet18", "gpt"):
+        (row,) = result["architectures"][arch]["rows"]
+        assert row["workers"] == 2 and "error" not in row, row
+        for key in ("trainer_samples_per_s", "ddp_samples_per_s", "ratio", "mem_ratio"):
+            assert _number(row[key]) and row[key] > 0, (arch, key, row)
+        assert row["global_batch_size"] == 2 * row["micro_batch_size"]
+    (bound,) = result["data_bound"]
+    assert [r["num_workers"] for r in bound["rows"]] == [0, 2]
+    assert all(0 < r["compute_fraction"] <= 1 for r in bound["rows"]), bound
+    targets = result["targets"]
+    assert set(targets) == {"throughput_ratio", "peak_memory_ratio", "num_workers_hides_loading"}
+    assert all(isinstance(t["met"], bool) for t in targets.values())
+
+
 def test_the_precision_check_passes_on_virtual_devices(tmp_path: Path) -> None:
     """The GPU check's fp16 part, run here on two CPU workers (a GPU run gives each worker a
     GPU): identical parameters after a shrink and a grow, the overflowing sample's steps
