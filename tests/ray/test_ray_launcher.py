@@ -78,10 +78,11 @@ def test_keepers_hold_rays_gpus_on_their_node(cluster, launcher, tmp_path):
 def test_stop_kills_the_whole_tree_then_the_keeper(cluster, launcher, tmp_path):
     child_pid = tmp_path / "child.pid"
     code = f"""
-        import signal, subprocess, sys, time
+        import os, signal, subprocess, sys, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-        open({str(child_pid)!r}, "w").write(str(child.pid))
+        open({str(child_pid)!r} + ".new", "w").write(str(child.pid))
+        os.replace({str(child_pid)!r} + ".new", {str(child_pid)!r})  # whole, or not yet there
         time.sleep(600)
     """
     handle = launcher.start_sync(spec(tmp_path, code, job_id="j2", node=cluster.nodes[1].node_id))
