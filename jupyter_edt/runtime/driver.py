@@ -160,10 +160,13 @@ class Driver:
         while True:
             if not self.dir.job.exists():
                 return self._abandoned()
-            if not self.elastic and ctl.store.check([formed_key(ctl.ctl["gen"])]):
+            turned = not self.elastic and ctl.store.check([formed_key(ctl.ctl["gen"])])
+            if turned:
                 self.status["elastic"] = True  # the runtime announced itself
+            # one report with the group that formed: the service never sees the job elastic
+            # (and resizes it) before it has recorded its first group
+            if not self._note_formed() and turned:
                 self._report()
-            self._note_formed()
             orders = self.dir.read_orders() or {}
             if orders.get("seq", 0) > self.orders_seq:
                 self.orders_seq = orders["seq"]
@@ -192,13 +195,13 @@ class Driver:
                 return self._exit(1, error)
             time.sleep(TICK_S)
 
-    def _note_formed(self) -> None:
+    def _note_formed(self) -> bool:
         """Report a generation that formed since the last report (the service records when
-        its devices started training, and the survivors' pause)."""
+        its devices started training, and the survivors' pause); whether it did."""
         assert self.ctl is not None
         gen = self.ctl.ctl["gen"]
         if gen <= self.formed_gen or not self.ctl.store.check([formed_key(gen)]):
-            return
+            return False
         self.formed_gen = gen
         info = json.loads(self.ctl.store.get(formed_key(gen)))
         self.status["formed"] = {
@@ -208,6 +211,7 @@ class Driver:
             "time": time.time(),
         }
         self._report()
+        return True
 
     @property
     def elastic(self) -> bool:
