@@ -51,8 +51,9 @@ def _on_gpu(env: Mapping[str, str]) -> bool:
         import torch
 
         return bool(torch.cuda.is_available())
-    first = visible.split(",")[0].strip()
-    return bool(first) and not first.startswith("-")
+    from .group import names_gpu
+
+    return names_gpu(visible)
 
 
 def worker_threads(env: Mapping[str, str] | None = None) -> int:

@@ -167,7 +167,6 @@ class Trainer:
         self.module: nn.Module = getattr(self.model, "_orig_mod", self.model)
         self.precision = Precision(precision, self.device)
         self.datasets_fn = datasets
-        self.loss_fn = loss_fn
         self.optimizer = (
             optimizer
             if isinstance(optimizer, torch.optim.Optimizer)
