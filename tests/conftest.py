@@ -94,9 +94,17 @@ def no_process_outlives_its_test(request, tmp_path):
 def warm_launcher() -> Iterator[Callable[[], LocalLauncher]]:
     """Launchers for a `LocalController` whose workers are forked warm, as the service starts
     them (`launch/forkserver.py`), from one fork server for the whole session that preloaded
-    torch, the runtime, Hugging Face's GPT-2 and dynamo: a worker starts in milliseconds
-    instead of the seconds an interpreter takes to import torch. A launcher per controller."""
-    server = ForkServer(warm=["transformers.models.gpt2", "torch._dynamo"])
+    torch, the runtime, dynamo, Hugging Face's GPT-2 and Trainer and Lightning (with their
+    integrations): a worker starts in milliseconds instead of the seconds an interpreter takes
+    to import torch and a framework. A launcher per controller."""
+    server = ForkServer(
+        warm=[
+            "torch._dynamo",
+            "transformers.models.gpt2",
+            "jupyter_edt.integrations.transformers",
+            "jupyter_edt.integrations.lightning",
+        ]
+    )
     server.start()
     try:
         assert server.wait_ready(180), "the fork server did not preload"

@@ -81,11 +81,19 @@ REFERENCE_ENV = "EDT_TEST_REFERENCE_DIR"
 FINAL_MODEL = Path("model") / "model_epoch_final.pth"
 
 
-def exact_program(epochs: int, max_gpus: int, *, work_s: float, checkpoint_every: int) -> str:
+def exact_program(
+    epochs: int,
+    max_gpus: int,
+    *,
+    work_s: float,
+    checkpoint_every: int,
+    hurry: Path | None = None,
+) -> str:
     """A float64 job with momentum and a learning-rate scheduler: a rescale, a move or a
     resume that lost or changed any state would not end where an uninterrupted run ends.
     Each loss computation takes `work_s` more seconds in a job (none in the reference run), so
-    that the job is still running while a test acts on it."""
+    that the job is still running while a test acts on it; once the file `hurry` exists, none
+    (the test has seen what it waited for: the rest need not take long)."""
     return textwrap.dedent(
         f"""
         import os, time
@@ -103,8 +111,10 @@ def exact_program(epochs: int, max_gpus: int, *, work_s: float, checkpoint_every
         # in a job its RESULT_DIR; the uninterrupted reference run names its own
         reference = os.environ.get({REFERENCE_ENV!r})
 
+        hurry = {str(hurry) if hurry else None!r}
+
         def loss(out, target):
-            if not reference:
+            if not reference and not (hurry and os.path.exists(hurry)):
                 time.sleep({work_s})
             return nn.functional.cross_entropy(out, target)
 

@@ -16,7 +16,8 @@ Measures, on CPU with gloo, for a ~10M-parameter MLP trained with Adam (state to
 - ``equivalence_max_abs_diff``: final parameters of the elastic run (N -> N+1 -> N -> kill ->
   N-1) versus a fixed N-worker run.
 
-With ``--launcher ray`` it starts a local Ray cluster (2 nodes x 2 logical GPUs) and measures the
+With ``--launcher ray`` it starts a local Ray cluster (2 nodes x 2 logical GPUs; or uses the
+running one at ``--ray-address``, whose first two nodes with 2 GPUs free it takes) and measures the
 grow, shrink and recovery figures with the workers placed across its two nodes by the Ray
 launcher (``ray_*``), beside the same figures with local processes (``local_*``), in one run;
 the DDP A/B is left out, and the world size is 2. It also times starting an idle process on
@@ -29,12 +30,14 @@ The same file is the workers' program (``--program``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,10 +140,32 @@ def _job_args(cfg: argparse.Namespace) -> list[str]:
     ]
 
 
-def _runtime_fixed(cfg: argparse.Namespace, out: Path) -> float:
+@contextlib.contextmanager
+def _local_launcher(cfg: argparse.Namespace) -> Iterator[Any]:
+    """How the local runs' workers start: with ``--quick`` (the GPU check's dry run, in
+    ``make test``) forked warm from a fork server, as the service starts them, so that a smoke
+    run does not pay for importing torch in every worker; else as fresh interpreters. The
+    figures measured exclude starts either way (a joiner is started before it is timed)."""
+    if not cfg.quick:
+        yield None
+        return
+    from jupyter_edt.launch.forkserver import ForkServer
+    from jupyter_edt.launch.local import LocalLauncher
+
+    server = ForkServer()
+    server.start()
+    try:
+        if not server.wait_ready(120):
+            raise RuntimeError("the fork server of the warm workers did not start")
+        yield lambda: LocalLauncher(own_session=False, forkserver=server.name)
+    finally:
+        server.stop()
+
+
+def _runtime_fixed(cfg: argparse.Namespace, out: Path, launcher: Any = None) -> float:
     from jupyter_edt.runtime import LocalController
 
-    with LocalController(_job_args(cfg), out, timeout_s=30) as ctl:
+    with LocalController(_job_args(cfg), out, timeout_s=30, launcher=launcher) as ctl:
         ctl.start(cfg.workers)
         codes = ctl.wait(600)
         if set(codes.values()) != {0}:
@@ -162,9 +187,9 @@ def _runtime_elastic(
         return Placement() if nodes is None else Placement(node=nodes[i], gpus=1)
 
     h1, h2, h3 = cfg.steps // 4, cfg.steps // 2, 3 * cfg.steps // 4
-    where: dict[str, Any] = {}
-    if launcher is not None:
-        where = {"launcher": launcher, "store_host": launcher.reachable_host()}
+    where: dict[str, Any] = {"launcher": launcher}
+    if nodes is not None:
+        where["store_host"] = launcher.reachable_host()
     with LocalController(_job_args(cfg), out, timeout_s=30, **where) as ctl:
         ctl.hold(h1)
         ctl.start(cfg.workers, placements=[on(i) for i in range(cfg.workers)])
@@ -219,6 +244,11 @@ def main(argv: list[str] | None = None) -> int:
         default="local",
         help="ray: the rescale figures across two nodes of a local Ray cluster, beside local",
     )
+    ap.add_argument(
+        "--ray-address",
+        default=None,
+        help="with --launcher ray: a running cluster's address (default: start a local one)",
+    )
     cfg = ap.parse_args(argv)
     if cfg.program:
         _program(cfg)
@@ -237,13 +267,13 @@ def main(argv: list[str] | None = None) -> int:
         result = {"params": params, **_across_ray_nodes(cfg)}
         print_result(result, cfg.json)
         return 0
-    with tempfile.TemporaryDirectory(prefix="edt-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="edt-bench-") as tmp, _local_launcher(cfg) as warm:
         base = Path(tmp)
         ddp, ours = [], []
         for i in range(cfg.rounds):
             ddp.append(_ddp_samples_per_s(cfg))
-            ours.append(_runtime_fixed(cfg, base / f"fixed{i}"))
-        elastic = _runtime_elastic(cfg, base / "elastic")
+            ours.append(_runtime_fixed(cfg, base / f"fixed{i}", warm and warm()))
+        elastic = _runtime_elastic(cfg, base / "elastic", warm and warm())
         a = torch.load(base / "fixed0" / "model" / "model_epoch_final.pth")
         b = torch.load(base / "elastic" / "model" / "model_epoch_final.pth")
         diff = max(float((a[k] - b[k]).abs().max()) for k in a)
@@ -271,11 +301,16 @@ def _across_ray_nodes(cfg: argparse.Namespace) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="edt-bench-") as tmp:
         base = Path(tmp)
-        local = _runtime_elastic(cfg, base / "local")
-        with ray_cluster(nodes=2, gpus_per_node=2) as cluster:
-            launcher = RayLauncher(cluster.address, namespace="edt-bench")
+        with _local_launcher(cfg) as warm:
+            local = _runtime_elastic(cfg, base / "local", warm and warm())
+        with contextlib.ExitStack() as stack:
+            if cfg.ray_address is None:
+                address = stack.enter_context(ray_cluster(nodes=2, gpus_per_node=2)).address
+            else:
+                address = cfg.ray_address
+            launcher = RayLauncher(address, namespace="edt-bench")
             launcher.connect()
-            a, b = (n.node_id for n in cluster.nodes)
+            a, b = _two_gpu_nodes()
             ray = _runtime_elastic(cfg, base / "ray", launcher, (a, b))
             starts = _keeper_starts(launcher, (a, b), base / "starts", cfg.rounds)
         x = torch.load(base / "local" / "model" / "model_epoch_final.pth")
@@ -287,6 +322,16 @@ def _across_ray_nodes(cfg: argparse.Namespace) -> dict[str, Any]:
         "ray_vs_local_max_abs_diff": diff,
         **starts,
     }
+
+
+def _two_gpu_nodes() -> tuple[str, str]:
+    """The first two live nodes with 2 GPUs each (the connected cluster's)."""
+    import ray
+
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) >= 2]
+    if len(nodes) < 2:
+        raise RuntimeError(f"the Ray cluster has {len(nodes)} live node(s) with 2 GPUs, not 2")
+    return nodes[0], nodes[1]
 
 
 def _keeper_starts(

@@ -8,14 +8,19 @@ from pathlib import Path
 import pytest
 from restartjobs import RestartJob
 
+from jupyter_edt.launch.local import LocalLauncher
+
 
 @pytest.fixture
-def restart_job(tmp_path: Path) -> Iterator[Callable[..., RestartJob]]:
-    """`RestartJob`, whose workers are all killed when the test ends."""
+def restart_job(
+    tmp_path: Path, warm_launcher: Callable[[], LocalLauncher]
+) -> Iterator[Callable[..., RestartJob]]:
+    """`RestartJob`, whose workers start warm from the session's fork server and are all
+    killed when the test ends."""
     made: list[RestartJob] = []
 
     def make(program: str, env: Mapping[str, str] = {}) -> RestartJob:
-        job = RestartJob(tmp_path / f"job{len(made)}", program, env)
+        job = RestartJob(tmp_path / f"job{len(made)}", program, env, warm_launcher)
         made.append(job)
         return job
 

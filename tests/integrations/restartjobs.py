@@ -5,7 +5,9 @@ jupyter_edt.runtime.worker program.py``): torchrun's environment,
 a TCPStore this process hosts at MASTER_ADDR:MASTER_PORT (a fresh one at every start,
 ``TORCHELASTIC_USE_AGENT_STORE``), ``TORCHELASTIC_RESTART_COUNT`` one higher at each restart,
 and jupyter-edt's variables (``EDT_LOG_DIR``, ``EDT_WORKER_ID``, ``EDT_RUN``, ...). The
-programs are real scripts run by real interpreters; nothing of the integrations is mocked."""
+programs are real scripts run by real interpreters, forked warm by the session's fork server
+when a launcher is given, as the service's workers are; nothing of the integrations is
+mocked."""
 
 from __future__ import annotations
 
@@ -13,10 +15,9 @@ import contextlib
 import importlib.util
 import os
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
@@ -28,11 +29,13 @@ import torch.distributed as dist
 from jobprograms import TORCHRUN_NAMES
 from waiting import eventually_sync
 
+from jupyter_edt.launch.base import ProcessHandle, ProcessSpec
+from jupyter_edt.launch.local import LocalLauncher
 from jupyter_edt.runtime.events import read_events
 
 PROGRAMS = Path(__file__).parent / "programs"
-# a worker imports torch and a framework (about 7 s on the 2-core dev machine, twice at once,
-# and more when other tests share the cores), then trains for a second or two
+# a cold worker imports torch and a framework (about 7 s on the 2-core dev machine, twice at
+# once, and more when other tests share the cores), then trains for a second or two
 START_S = 120.0
 
 # what no worker may read from the test's own environment
@@ -50,10 +53,18 @@ QUIET = {
 
 class RestartJob:
     """One job: its RESULT_DIR and log directory, and its workers, started again at another
-    size by `start` (the restart count goes up each time)."""
+    size by `start` (the restart count goes up each time), by `launcher` (warm from a fork
+    server, as the service starts them) or, without one, as cold interpreters."""
 
-    def __init__(self, root: Path, program: str, env: Mapping[str, str] = {}) -> None:
+    def __init__(
+        self,
+        root: Path,
+        program: str,
+        env: Mapping[str, str] = {},
+        launcher: Callable[[], LocalLauncher] | None = None,
+    ) -> None:
         self.program = str(PROGRAMS / program)
+        self.launcher = launcher() if launcher is not None else LocalLauncher(own_session=False)
         self.result_dir = root / "result"
         self.log_dir = root / "logs"
         self.out_dir = root / "out"
@@ -62,13 +73,13 @@ class RestartJob:
         self.env = dict(env)
         self.restarts = -1
         self.workers = 0
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[ProcessHandle] = []
         self._store: Any = None
 
-    def start(self, n: int, hold_at: int | None = None) -> list[subprocess.Popen[bytes]]:
+    def start(self, n: int, hold_at: int | None = None) -> list[ProcessHandle]:
         """Start `n` workers as the next start of the job's workers (the previous ones must
         have ended); with `hold_at` they wait at the end of that step for `release`."""
-        assert all(p.poll() is not None for p in self.procs), "the old workers still run"
+        assert all(p.returncode is not None for p in self.procs), "the old workers still run"
         self.restarts += 1
         self._store = dist.TCPStore(
             "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
@@ -109,17 +120,17 @@ class RestartJob:
             if hold_at is not None:
                 env["TEST_HOLD_AT"] = str(hold_at)
                 env["TEST_HOLD_RELEASE"] = str(self.release_file)
-            out = open(self.log_dir / f"{worker}.out", "wb")  # noqa: SIM115
-            self.procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "jupyter_edt.runtime.worker", self.program],
-                    cwd=self.out_dir,
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
+            spec = ProcessSpec(
+                job_id="job-1",
+                name=worker,
+                argv=[sys.executable, "-m", "jupyter_edt.runtime.worker", self.program],
+                cwd=self.out_dir,
+                log_dir=self.log_dir,
+                env=env,
+                devices=None,
+                one_log=True,  # <worker>.out, stdout and stderr in one
             )
-            out.close()
+            self.procs.append(self.launcher.start_sync(spec))
         return self.procs
 
     def wait_held(self) -> None:
@@ -149,8 +160,8 @@ class RestartJob:
         codes = []
         for p in self.procs:
             try:
-                codes.append(p.wait(max(0.1, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
+                codes.append(p.wait_sync(max(0.1, deadline - time.monotonic())))
+            except TimeoutError:
                 codes.append(None)  # type: ignore[arg-type]
         if any(c != 0 for c in codes):
             raise AssertionError(f"exit statuses {codes}\n{self.output()}")
@@ -171,12 +182,13 @@ class RestartJob:
 
     def stop(self) -> None:
         for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
+            if p.returncode is None:
+                p.send_signal(signal.SIGKILL)
+                with contextlib.suppress(TimeoutError):
+                    p.wait_sync(10)
 
     def _check_alive(self) -> bool:
-        dead = [p.returncode for p in self.procs if p.poll() is not None]
+        dead = [p.returncode for p in self.procs if p.returncode is not None]
         if dead:
             raise AssertionError(f"a worker ended early ({dead})\n{self.output()}")
         return True

@@ -6,8 +6,10 @@ from __future__ import annotations
 import io
 import json
 import secrets
+import tempfile
 import time
 import zipfile
+from pathlib import Path
 
 import pytest
 import ray
@@ -358,8 +360,9 @@ def test_a_job_whose_only_node_dies_resumes_from_its_checkpoint_elsewhere(
 
 
 # still running while another job comes and goes and Ray starts its joiners when it grows back
-# (96 steps: about 30 s on 4 workers, 60 s on 2)
-ELASTIC = exact_program(16, 4, work_s=0.3, checkpoint_every=0)
+# (96 steps: about 30 s on 4 workers, 60 s on 2), then quick once the test has seen it grow
+HURRY = Path(tempfile.gettempdir()) / f"edt-ray-hurry-{secrets.token_hex(4)}"
+ELASTIC = exact_program(16, 4, work_s=0.3, checkpoint_every=0, hurry=HURRY)
 
 
 def worker_pids(job_id: str) -> dict[str, tuple[int, str]]:
@@ -382,6 +385,21 @@ def trained_at(service, job_id: str, world_size: int) -> None:
     )
 
 
+def trained_at_after(service, job_id: str, world_size: int, shrunk_at: int) -> None:
+    """Once the job reported a step at `world_size` workers after one at `shrunk_at`."""
+
+    def grown_back(ms: list[dict]) -> bool:
+        sizes = [m["world_size"] for m in ms if "world_size" in m]
+        return shrunk_at in sizes and world_size in sizes[sizes.index(shrunk_at) :]
+
+    eventually_sync(
+        lambda: api(service, "GET", f"jobs/{job_id}/metrics")["metrics"],
+        f"a step at {world_size} workers after one at {shrunk_at}",
+        until=grown_back,
+        timeout=DEADLINE_S,
+    )
+
+
 def on_4_workers(service, job_id: str) -> dict[str, tuple[int, str]]:
     """The job's 4 workers once it runs elastic on 4 GPUs, as `worker_pids` gives them."""
     wait_job(
@@ -395,8 +413,10 @@ def on_4_workers(service, job_id: str) -> dict[str, tuple[int, str]]:
     )
 
 
-# long enough for a drain after it runs on 4 (about 10 s there, 20 s on 2)
-DRAINED = exact_program(6, 4, work_s=0.3, checkpoint_every=0)
+# long enough for a drain after it runs on 4 (about 10 s there, 20 s on 2), then quick once
+# the drained node is gone
+DRAINED_HURRY = HURRY.with_name(HURRY.name + "-drained")
+DRAINED = exact_program(6, 4, work_s=0.3, checkpoint_every=0, hurry=DRAINED_HURRY)
 
 
 def assert_equals_reference(service, job_id: str, tmp_path, code: str = ELASTIC) -> None:
@@ -442,6 +462,8 @@ def test_a_job_shrinks_in_place_to_one_node_and_grows_back_exactly(cluster, serv
         "the first job back on 4 GPUs",
         lambda j: len(j["devices"]) == 4 or j["state"] != "RUNNING",
     )
+    trained_at_after(service, big["id"], 4, shrunk_at=2)
+    HURRY.touch()  # seen back at 4: the rest of its steps need not take long
     done = finished(service, big["id"])
     assert done["state"] == "SUCCEEDED", said(service, done["id"])
     assert done["restarts"] == 0, said(service, done["id"])
@@ -488,6 +510,7 @@ def test_a_drained_node_is_emptied_in_place_with_no_step_lost(cluster, service, 
         "the drained node gone from Ray",
     )
     cluster.remove_node(leaving, allow_graceful=False)  # what is left of it
+    DRAINED_HURRY.touch()
     done = finished(service, big["id"])
     assert done["state"] == "SUCCEEDED", said(service, done["id"])
     assert done["restarts"] == 0, said(service, done["id"])
