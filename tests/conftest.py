@@ -115,9 +115,29 @@ def warm_launcher() -> Iterator[Callable[[], LocalLauncher]]:
 
 @pytest.fixture
 def edt_config() -> dict:
-    """EDTApp settings for a test; parametrize it to change them. Warm processes only where
-    a test asks for them: a fork server preloads torch, seconds of CPU per server."""
+    """EDTApp settings for a test; parametrize it to change them. No fork server of its own
+    unless a test asks for one (a fork server preloads torch, seconds of CPU per server): its
+    jobs start warm from the session's instead (`jp_serverapp`)."""
     return {"virtual_gpus": 4, "warm_workers": False}
+
+
+@pytest.fixture
+def jp_serverapp(jp_serverapp, request):
+    """The test's Jupyter server (pytest-jupyter's), whose jobs' processes start from the
+    session's fork server (`warm_launcher`), as a deployed service's start from its own
+    (`warm_workers` is on by default): seconds faster per job than cold. Not where the test
+    configures warm processes itself, nor under `pytest.mark.cold_jobs`."""
+    (app,) = jp_serverapp.extension_manager.extension_apps["jupyter_edt"]
+    launcher = getattr(getattr(app, "job_service", None), "runner", None)
+    launcher = getattr(launcher, "launcher", None)
+    if (
+        isinstance(launcher, LocalLauncher)
+        and launcher.forkserver is None
+        and not app.warm_workers
+        and request.node.get_closest_marker("cold_jobs") is None
+    ):
+        launcher.use_forkserver(request.getfixturevalue("warm_launcher")().forkserver)
+    return jp_serverapp
 
 
 @pytest.fixture

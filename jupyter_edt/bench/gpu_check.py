@@ -47,6 +47,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -235,18 +236,24 @@ def _resume_here(ref_dir: Path, out: Path, device: str) -> float:
 
 
 def precision_check(
-    base: Path, precision: str, devices: list[dict[str, str]], env: dict[str, str]
+    base: Path,
+    precision: str,
+    devices: list[dict[str, str]],
+    env: dict[str, str],
+    launcher: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
     """A mixed-precision job on 2 workers (``devices``: each one's environment), shrunk to 1 and
     grown back, against the same job on 1 worker: the same parameters, bit for bit, and for
-    fp16 the same steps skipped, on every worker that took them."""
+    fp16 the same steps skipped, on every worker that took them. ``launcher`` makes each
+    run's launcher (default: workers start as fresh interpreters)."""
     from jupyter_edt.runtime import LocalController
 
     program = [__file__, "--program", "--precision", precision]
 
     def run(out: Path, sizes: list[int]) -> list[dict[str, Any]]:
         holds = [H1, H2][: len(sizes) - 1]  # a pause before each resize
-        with LocalController(program, out, timeout_s=TIMEOUT_S, env=env) as ctl:
+        made = launcher() if launcher is not None else None
+        with LocalController(program, out, timeout_s=TIMEOUT_S, env=env, launcher=made) as ctl:
             if holds:
                 ctl.hold(holds[0])
             ctl.start(sizes[0], devices[: sizes[0]])

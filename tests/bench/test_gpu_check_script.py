@@ -344,12 +344,14 @@ def test_the_models_part_compares_the_trainer_with_ddp_on_both_architectures(dry
     assert all(isinstance(t["met"], bool) for t in targets.values())
 
 
-def test_the_precision_check_passes_on_virtual_devices(tmp_path: Path) -> None:
+def test_the_precision_check_passes_on_virtual_devices(tmp_path: Path, warm_launcher) -> None:
     """The GPU check's fp16 part, run here on two CPU workers (a GPU run gives each worker a
-    GPU): identical parameters after a shrink and a grow, the overflowing sample's steps
-    skipped on every worker."""
+    GPU; here they start warm): identical parameters after a shrink and a grow, the
+    overflowing sample's steps skipped on every worker."""
     cpu = {"CUDA_VISIBLE_DEVICES": ""}
-    got = gpu_check.precision_check(tmp_path, "fp16", [cpu, cpu], {"EDT_NUM_THREADS": "1"})
+    got = gpu_check.precision_check(
+        tmp_path, "fp16", [cpu, cpu], {"EDT_NUM_THREADS": "1"}, warm_launcher
+    )
     assert got["checks"] == {"fp16_parameters_identical": True, "fp16_skips_agree": True}, got
     assert got["fp16_max_abs_diff"] == 0.0
     assert got["fp16_skipped_steps"] and got["fp16_final_loss_scale"] < 2.0**16
