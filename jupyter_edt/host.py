@@ -7,6 +7,7 @@ the shared mode). Each setting is a trait of `JobHost`, so it is given the same 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -140,6 +141,14 @@ class JobHost(LoggingConfigurable):
         config=True,
         help="""Directory for each job's submitted code, logs and results. Defaults to
         `jobs/` in the Jupyter data directory's `jupyter_edt` folder.""",
+    )
+
+    data_root = Unicode(
+        config=True,
+        help="""Where WMLA execs find their data (WMLA's DLI_DATA_FS; default: $DLI_DATA_FS):
+        `--cs-datastore-meta type=fs,data_path=<p>` gives the program DATA_DIR=<data_root>/<p>,
+        and a <p> that leaves it is refused. `{username}` stands for the submitting user, for
+        one root per user under a Hub (`/data/{username}`).""",
     )
 
     min_rescale_interval = Float(
@@ -278,6 +287,10 @@ class JobHost(LoggingConfigurable):
     @default("jobs_dir")
     def _default_jobs_dir(self) -> str:
         return f"{jupyter_data_dir()}/jupyter_edt/jobs"
+
+    @default("data_root")
+    def _default_data_root(self) -> str:
+        return os.environ.get("DLI_DATA_FS", "")
 
     def _option(self, trait: str) -> str:
         return f"{type(self).__name__}.{trait}"

@@ -11,8 +11,10 @@ from tornado import web, websocket
 
 from .artifacts import ArtifactHandler, ArtifactsHandler, ResultZipHandler
 from .cluster import ClusterHandler, NodeDrainHandler
+from .conductor import CONDUCTOR_PREFIX, conductor_handlers
 from .events import EventsHandler
 from .jobs import JobHandler, LogsHandler, MetricsHandler
+from .logon import ConductorLogonHandler, LogonHandler
 from .openapi import NotFoundHandler, OpenAPIHandler
 from .uploads import SubmitHandler
 from .usage import UsageHandler
@@ -38,18 +40,42 @@ default_handlers: list[tuple[str, type[web.RequestHandler]]] = [
     (rf"{API_PREFIX}/openapi\.json", OpenAPIHandler),
 ]
 
+#: WMLA's logons (``api/logon.py``): a server that forwards the API answers them itself.
+logon_handlers: list[tuple[str, type[web.RequestHandler]]] = [
+    (rf"{CONDUCTOR_PREFIX}/auth/logon", ConductorLogonHandler),
+    (r"/auth/v1/logon", LogonHandler),
+]
+
 # Registered after every other route of the API (native and WMLA): what they do not serve
-# under /edt/api/ answers a JSON 404, not Jupyter's HTML page.
-not_found_handlers = [(r"/edt/api(?:/.*)?", NotFoundHandler)]
+# under /edt/api/ (or WMLA's /platform/rest/, /auth/v1/) answers a JSON 404, not Jupyter's
+# HTML page.
+not_found_handlers = [
+    (r"/edt/api(?:/.*)?", NotFoundHandler),
+    (r"/platform/rest(?:/.*)?", NotFoundHandler),
+    (r"/auth/v1(?:/.*)?", NotFoundHandler),
+]
 
 
 def routes(
     front: type[web.RequestHandler], socket_front: type[websocket.WebSocketHandler]
 ) -> list[tuple[str, type[web.RequestHandler]]]:
-    """Every route of the API (native, WMLA, then the JSON 404), each handler joined with the
+    """Every route of the API (native, WMLA's, then the JSON 404), each handler joined with the
     front that identifies its callers: `socket_front` for the WebSocket, `front` for the rest."""
+    return joined(
+        default_handlers + wmla_handlers + logon_handlers + conductor_handlers + not_found_handlers,
+        front,
+        socket_front,
+    )
+
+
+def joined(
+    handlers: list[tuple[str, type[web.RequestHandler]]],
+    front: type[web.RequestHandler],
+    socket_front: type[websocket.WebSocketHandler],
+) -> list[tuple[str, type[web.RequestHandler]]]:
+    """`handlers`, each joined with its front."""
     out: list[tuple[str, type[web.RequestHandler]]] = []
-    for path, handler in default_handlers + wmla_handlers + not_found_handlers:
+    for path, handler in handlers:
         base = socket_front if issubclass(handler, websocket.WebSocketHandler) else front
         out.append((path, _joined(handler, base)))
     return out

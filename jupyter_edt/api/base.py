@@ -22,6 +22,7 @@ from ..jobs.service import JobService, NotAllowed
 from ..jobs.store import UnknownJob
 from ..jobs.users import Identity
 from ..scheduling.monitor import UnknownNode
+from .credentials import Credentials, challenge
 
 if TYPE_CHECKING:
     from ..host import JobHost
@@ -78,6 +79,11 @@ class EDTHandler(web.RequestHandler):
 
     #: The caller, once `prepare` has identified them.
     identity: Identity
+    #: What a WMLA client authenticated with (Basic, or an access token), if it did.
+    credentials: Credentials | None = None
+    #: Whether the service hears of the caller (not where it answers without a job service:
+    #: the logon of a server that forwards to a shared one).
+    notes_caller = True
 
     @property
     def host(self) -> JobHost:
@@ -97,6 +103,9 @@ class EDTHandler(web.RequestHandler):
         async def identify(self) -> Identity:
             """Who is calling; raises HTTPError 401 (no credentials) or 403."""
 
+        async def issue_access_token(self) -> tuple[str, int]:
+            """An access token for the identified caller, and its expiry (``api/logon.py``)."""
+
     async def prepare(self) -> None:
         pending = super().prepare()
         if pending is not None:
@@ -108,8 +117,14 @@ class EDTHandler(web.RequestHandler):
         """Identify the caller once per request and tell the service who they are."""
         if not hasattr(self, "identity"):
             self.identity = await self.identify()
-            self.service.users.note(self.identity)
+            if self.notes_caller:
+                self.service.users.note(self.identity)
         return self.identity
+
+    @property
+    def base_path(self) -> str:
+        """The path the server serves under (/user/alice/ behind JupyterHub)."""
+        return self.settings.get("base_url", "/")
 
     def write_json(self, body: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -132,7 +147,9 @@ class EDTHandler(web.RequestHandler):
         if status_code == 405:  # RFC 9110: a 405 names the methods the resource has
             self.set_header("Allow", ", ".join(self.allowed_methods()))
         if status_code == 401:  # and a 401 the scheme that authenticates
-            self.set_header("WWW-Authenticate", 'token realm="jupyter-edt"')
+            self.set_header(
+                "WWW-Authenticate", challenge(self.request, self.base_path, self.credentials)
+            )
         if not write_api_error(self, **kwargs):
             super().write_error(status_code, **kwargs)
 

@@ -1,11 +1,13 @@
-"""The remote mode's API: the user's Jupyter server forwards /edt/api/* and the events
-WebSocket to the shared ``jupyter edt serve``, in its user's name.
+"""The remote mode's API: the user's Jupyter server forwards /edt/api/*, WMLA's
+/platform/rest/* and the events WebSocket to the shared ``jupyter edt serve``, in its user's
+name.
 
-The server authenticates the caller as usual (Jupyter's front); only the server's own user is
-forwarded, with the server's Hub token (which the Hub gives the access scope of the service
-through `c.Spawner.server_token_scopes`). A visitor of a shared server is refused rather than
-acting as its owner. Bodies and answers stream through, so uploads and result downloads cost
-no memory here.
+The server authenticates the caller as usual (Jupyter's front, WMLA's Basic and access tokens
+included); only the server's own user is forwarded, with the server's Hub token (which the Hub
+gives the access scope of the service through `c.Spawner.server_token_scopes`), never with the
+caller's credentials. A visitor of a shared server is refused rather than acting as its owner.
+WMLA's logons are answered here: an access token is this server's, checked here. Bodies and
+answers stream through, so uploads and result downloads cost no memory here.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from urllib.parse import urlsplit
 from tornado import httpclient, web, websocket
 from tornado.httputil import HTTPHeaders
 
+from . import joined, logon_handlers
 from .base import APIError
+from .credentials import challenge
 from .jupyter import JupyterFront, JupyterSocketFront
 
 #: Request headers passed on (hop-by-hop ones and the caller's credentials are not).
@@ -30,6 +34,8 @@ PASSED_ANSWER = (
     "ETag", "Last-Modified", "Location", "Allow", "WWW-Authenticate",
 )  # fmt: skip
 CHUNK = 1 << 16
+#: Where the API's paths begin, below a server's base URL: the native API's and WMLA's.
+API_ROOTS = ("/edt/api/", "/platform/rest/")
 
 
 class _Remote:
@@ -40,7 +46,10 @@ class _Remote:
         return self.extensionapp
 
     async def _caller(self: Any) -> None:
-        identity = await self.identify()
+        await self.identify()
+
+    async def identify(self: Any) -> Any:
+        identity = await super().identify()
         owner = self.remote.owner
         if identity.name != owner:
             raise APIError(
@@ -49,6 +58,14 @@ class _Remote:
                 f"for {identity.name}. Use your own server, or the service itself (EDT_URL) "
                 "with your own token.",
             )
+        return identity
+
+    def write_error(self: Any, status_code: int, **kwargs: Any) -> None:
+        if status_code == 401:  # as the API's own handlers do (`EDTHandler.write_error`)
+            self.set_header(
+                "WWW-Authenticate", challenge(self.request, self.base_url, self.credentials)
+            )
+        super().write_error(status_code, **kwargs)
 
     def upstream_url(self: Any, scheme: str = "http") -> str:
         """The service's URL for this request: its path as it came (still percent-encoded:
@@ -58,7 +75,7 @@ class _Remote:
             base = "ws" + base[4:]  # http -> ws, https -> wss
         raw = self.request.path
         query = f"?{self.request.query}" if self.request.query else ""
-        start = raw.index("/edt/api/", len(self.base_url.rstrip("/")))
+        start = len(self.base_url.rstrip("/"))  # the route matched the path below the base
         return f"{base}{raw[start:]}{query}"
 
     def upstream_headers(self: Any) -> dict[str, str]:
@@ -146,8 +163,8 @@ class ForwardHandler(_Remote, JupyterFront):
     def _local_location(self, value: str) -> str:
         """The service's path for a new job, as this server's path."""
         path = urlsplit(value).path
-        cut = path.find("/edt/api/")
-        return value if cut < 0 else self.base_url.rstrip("/") + path[cut:]
+        cuts = [c for root in API_ROOTS if (c := path.find(root)) >= 0]
+        return value if not cuts else self.base_url.rstrip("/") + path[min(cuts) :]
 
     def _upstream_chunk(self, chunk: bytes) -> None:
         self.write(chunk)
@@ -204,7 +221,13 @@ class ForwardSocket(_Remote, JupyterSocketFront):
             self._upstream.close()
 
 
+class _OwnerOnly(_Remote, JupyterFront):
+    """The front of what this server answers itself in the remote mode: its owner only."""
+
+
 forward_handlers = [
     (r"/edt/api/(v1/events)", ForwardSocket),
+    *joined(logon_handlers, _OwnerOnly, JupyterSocketFront),
     (r"/edt/api/(.*)", ForwardHandler),
+    (r"/platform/rest/(.*)", ForwardHandler),
 ]

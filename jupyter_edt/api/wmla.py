@@ -1,21 +1,29 @@
-"""/edt/api/wmla/v1/execs: WMLA's deep-learning execs API over the job service.
+"""WMLA's deep-learning API over the job service, at WMLA's own paths
+(``/platform/rest/deeplearning/v1``) and at ``/edt/api/wmla/v1`` (its first home, kept as an
+alias): the same handlers on both prefixes, so a WMLA client changes its host name only.
 
-Submit with ``POST execs?args=<args>`` and a multipart ``file`` part (a gzip tar
-``<name>.modelDir.tar``), streamed like the native upload (``uploads.py``); then list, get,
-delete, stop, read the log and download the result. Authentication, owner scoping and error
-bodies are the native API's; the logic is in ``compat/execs.py``.
+``GET conf`` and ``execs/frameworks`` describe the platform. Submit with ``POST
+execs?args=<args>`` and a multipart ``file`` part (a gzip tar ``<name>.modelDir.tar``),
+streamed like the native upload (``uploads.py``); ``args`` is read as clients paste it into
+the URL (``compat.execargs.exec_query``), ``sigName`` is accepted and names the one pool. Then
+list, get, delete, stop, read the logs (``execs/{id}/log``, ``scheduler/applications/{id}/
+executor/{n}/logs/stdout|stderr``) and download the result. Authentication, owner scoping and
+error bodies are the native API's; the logic is in ``compat/execs.py``.
 """
 
 from __future__ import annotations
 
 from tornado import web
 
+from ..compat.execargs import exec_query
 from ..compat.execs import Execs
-from .artifacts import ResultZipHandler
+from .artifacts import ArtifactHandler
 from .base import APIError, EDTHandler, api_errors
 from .uploads import FormError, SubmitHandler, UploadForm
 
-WMLA_PREFIX = "/edt/api/wmla/v1"
+#: WMLA's prefix first; the second is the alias every earlier client used.
+WMLA_PREFIXES = ("/platform/rest/deeplearning/v1", "/edt/api/wmla/v1")
+WMLA_PREFIX = WMLA_PREFIXES[1]
 EXEC_ID = r"(?P<exec_id>[^/]+)"
 
 
@@ -32,7 +40,41 @@ class ExecForm(UploadForm):
 class ExecsMixin:
     @property
     def execs(self) -> Execs:
-        return Execs(self.service)  # type: ignore[attr-defined]
+        host = self.host  # type: ignore[attr-defined]
+        return Execs(host.job_service, data_root=getattr(host, "data_root", ""))
+
+    async def write_text_or_json(self, text: str, *, text_by_default: bool) -> None:
+        """`text` raw for a client that accepts text/plain or octet-stream (and not JSON), as
+        one JSON string for one that accepts JSON; else as `text_by_default` says. Raw text
+        is flushed before the answer finishes: Jupyter's API handlers mark what `finish`
+        sends as JSON."""
+        handler: EDTHandler = self  # type: ignore[assignment]
+        accept = handler.request.headers.get("Accept", "").lower()
+        if "application/json" in accept:
+            as_text = False
+        elif "text/plain" in accept or "application/octet-stream" in accept:
+            as_text = True
+        else:
+            as_text = text_by_default
+        if as_text:
+            data = text.encode()
+            handler.set_header("Content-Type", "text/plain; charset=UTF-8")
+            handler.set_header("Content-Length", str(len(data)))
+            handler.write(data)
+            await handler.flush()
+            handler.finish()
+        else:
+            handler.write_json(text)
+
+
+class ConfHandler(ExecsMixin, EDTHandler):
+    async def get(self) -> None:
+        self.write_json(self.execs.conf())
+
+
+class FrameworksHandler(ExecsMixin, EDTHandler):
+    async def get(self) -> None:
+        self.write_json(self.execs.frameworks())
 
 
 @web.stream_request_body
@@ -53,7 +95,7 @@ class ExecsHandler(ExecsMixin, SubmitHandler):
         with api_errors():
             view = await self.execs.submit(
                 self.user_name,
-                self.get_argument("args", None),
+                exec_query(self.request.query).get("args"),
                 self._upload,
                 form.filename,
                 max_bytes=self.max_upload_bytes,
@@ -79,23 +121,57 @@ class ExecStopHandler(ExecsMixin, EDTHandler):
 
 
 class ExecLogHandler(ExecsMixin, EDTHandler):
+    """The training log, or with ``logType`` the program's output; a JSON string by default."""
+
     async def get(self, exec_id: str) -> None:
         with api_errors():
-            text = self.execs.log(self.user_name, exec_id, self.get_argument("logType", "outlog"))
-        self.write_json(text)
+            text = await self.execs.log(self.user_name, exec_id, self.get_argument("logType", None))
+        await self.write_text_or_json(text, text_by_default=False)
 
 
-class ExecResultHandler(ExecsMixin, ResultZipHandler):
+class ExecutorLogHandler(ExecsMixin, EDTHandler):
+    """One executor's (worker's) output; text by default."""
+
+    async def get(self, exec_id: str, executor: str, stream: str) -> None:
+        with api_errors():
+            text = await self.execs.executor_log(
+                self.user_name,
+                exec_id,
+                executor,
+                stream,
+                self.get_argument("lastlines", None),
+            )
+        await self.write_text_or_json(text, text_by_default=True)
+
+
+class ExecResultHandler(ExecsMixin, ArtifactHandler):
+    """The result zip, built whole before it is sent: clients read its exact size from the
+    ``size=`` that ends Content-Disposition before the body, for a progress bar."""
+
     async def get(self, exec_id: str) -> None:  # type: ignore[override]
         with api_errors():
-            self.execs.result_dir(self.user_name, exec_id)  # an exec of this user, or 404
-        await super().get(exec_id)
+            f, size = await self.execs.result_zip(self.user_name, exec_id)  # or 404
+        with f:
+            self.set_header("Content-Type", "application/zip")
+            self.set_header(
+                "Content-Disposition", f"attachment; filename={exec_id}.zip; size={size}"
+            )
+            self.set_header("Content-Length", str(size))
+            await self._send(f, size)  # type: ignore[arg-type]
 
 
-wmla_handlers = [
-    (rf"{WMLA_PREFIX}/execs/?", ExecsHandler),
-    (rf"{WMLA_PREFIX}/execs/{EXEC_ID}", ExecHandler),
-    (rf"{WMLA_PREFIX}/execs/{EXEC_ID}/stop", ExecStopHandler),
-    (rf"{WMLA_PREFIX}/execs/{EXEC_ID}/log", ExecLogHandler),
-    (rf"{WMLA_PREFIX}/execs/{EXEC_ID}/result", ExecResultHandler),
-]
+def _routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]:
+    executor = r"(?P<executor>[^/]+)/logs/(?P<stream>stdout|stderr)"
+    return [
+        (rf"{prefix}/conf", ConfHandler),
+        (rf"{prefix}/execs/frameworks", FrameworksHandler),  # before execs/{exec_id}
+        (rf"{prefix}/execs/?", ExecsHandler),
+        (rf"{prefix}/execs/{EXEC_ID}", ExecHandler),
+        (rf"{prefix}/execs/{EXEC_ID}/stop", ExecStopHandler),
+        (rf"{prefix}/execs/{EXEC_ID}/log", ExecLogHandler),
+        (rf"{prefix}/execs/{EXEC_ID}/result", ExecResultHandler),
+        (rf"{prefix}/scheduler/applications/{EXEC_ID}/executor/{executor}", ExecutorLogHandler),
+    ]
+
+
+wmla_handlers = [route for prefix in WMLA_PREFIXES for route in _routes(prefix)]

@@ -1,20 +1,27 @@
 """The ``args`` string of a WMLA execs submission, checked and split.
 
 ``--exec-start edtPyTorch --model-dir mnist --model-main main.py --cs-datastore-meta
-type=fs,data_path=/data --edt-options maxWorkers=4 --epochs 5`` holds the platform's options
-and the program's own. The platform's are taken out (``--numWorker`` also stays in the
-program's argv, since tutorial programs read it for ``engines_number``); every other flag
-reaches the program in order. A bad value raises ``SpecError("args", ...)`` naming the option.
+type=fs,data_path=mnist --edt-options maxWorkers=4 --epochs 5`` holds the platform's options
+and the program's own. The platform's are taken out; every other flag reaches the program in
+order. The program sees ``--numWorker N`` in both of WMLA's styles, as WMLA passes it (tutorial
+programs read it for ``engines_number``): as given, or, after ``--edt-options maxWorkers=N``
+alone, added at the end. A bad value raises ``SpecError("args", ...)`` naming the option.
+
+``exec_query`` reads the query string the way clients write it: they paste ``args`` into the URL
+unencoded (``requests.post(url + "/execs?args=" + args, ...)``), so it arrives with spaces as
+``%20`` (requests quotes them) and ``=``, ``,`` and ``&`` raw.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
+from urllib.parse import unquote, unquote_plus
 
 from ..jobs.models import MAX_GPUS_LIMIT, SpecError
 
-__all__ = ["ExecArgs", "parse_exec_args"]
+__all__ = ["ExecArgs", "exec_query", "parse_exec_args"]
 
 EXEC_STARTS = ("edtPyTorch",)
 # options of the platform: name -> passed on to the program as well
@@ -36,6 +43,7 @@ class ExecArgs:
     model_main: str
     model_dir: str | None
     data_path: str | None
+    datastore: bool  # --cs-datastore-meta given: DATA_DIR is under the data root
     max_workers: int
     min_workers: int
     program_args: tuple[str, ...]
@@ -140,6 +148,8 @@ def parse_exec_args(text: str | None) -> ExecArgs:
     if "--numWorker" in given:
         workers = _count("--numWorker", given["--numWorker"])
         max_workers = max_workers if max_workers is not None else workers
+    elif max_workers is not None:  # WMLA passes maxWorkers on as the program's --numWorker
+        program += ["--numWorker", str(max_workers)]
     if "--gpuPerWorker" in given and given["--gpuPerWorker"] != "1":
         raise _bad(
             f"--gpuPerWorker must be 1 (a worker has one GPU), got {given['--gpuPerWorker']!r}"
@@ -152,8 +162,30 @@ def parse_exec_args(text: str | None) -> ExecArgs:
         model_main=main,
         model_dir=model_dir,
         data_path=data_path,
+        datastore="--cs-datastore-meta" in given,
         max_workers=max_workers,
         min_workers=min_workers,
         program_args=tuple(program),
         debug_level=given.get("--debug-level"),
     )
+
+
+# A query parameter starts after an '&' that a name and '=' follow; any other '&' is the value's
+_PARAM = re.compile(r"&(?=[A-Za-z_][A-Za-z0-9_]*=)")
+
+
+def exec_query(query: str) -> dict[str, str]:
+    """The parameters of an execs query string, ``args`` intact as the client wrote it.
+
+    A client that pastes ``args`` into the URL sends spaces as ``%20`` and ``+``, ``=``, ``,``
+    and ``&`` raw; one that form-encodes it (``params={"args": ...}``) sends spaces as ``+``
+    and ``+`` as ``%2B``. So: a value split off at ``&name=`` only (an ``&`` inside ``args``
+    stays); ``+`` is a space unless the value holds ``%20`` (then the client quoted spaces
+    itself and ``+`` is a plus). ``#`` never arrives: clients cut the fragment off, so it is
+    sent as ``%23``. The first of a repeated name counts."""
+    out: dict[str, str] = {}
+    for part in _PARAM.split(query):
+        name, _, value = part.partition("=")
+        decode = unquote if "%20" in value else unquote_plus
+        out.setdefault(unquote_plus(name), decode(value))
+    return out

@@ -16,7 +16,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-__all__ = ["FABRIC_MODULES", "ensure_fabric_home"]
+__all__ = ["FABRIC_MODULES", "ensure_fabric_home", "fabric_zip"]
 
 _FABRIC = "from jupyter_edt.compat.fabric_model import *  # noqa: F401,F403\n"
 _FABRIC += "from jupyter_edt.compat.fabric_model import FabricModel  # noqa: F401\n"
@@ -43,10 +43,15 @@ def _zip_bytes() -> bytes:
     return out.getvalue()
 
 
+def fabric_zip(root: str | os.PathLike[str]) -> Path:
+    """``FABRIC_HOME/libs/fabric.zip``: on an exec's PYTHONPATH, as on WMLA."""
+    return Path(root) / "libs" / "fabric.zip"
+
+
 def ensure_fabric_home(root: str | os.PathLike[str]) -> Path:
     """Make ``root/libs/fabric.zip`` if it is missing or differs; returns ``root``."""
     root = Path(root)
-    target = root / "libs" / "fabric.zip"
+    target = fabric_zip(root)
     data = _zip_bytes()
     try:
         if target.read_bytes() == data:

@@ -15,7 +15,9 @@ not depend on the GPU count. ``engines_number`` defaults to the job's most GPUs
 Mapping of ``train``'s other arguments: ``validation_freq`` and ``checkpoint_freq`` are in
 epochs (0: never); a checkpoint epoch writes ``model/train/model_epoch_<N>.pth`` and
 ``model_epoch_<N>_optimizer_state.pth`` (N counts epochs from 1) besides the runtime's resumable
-``checkpoint/``. ``num_dataloader_threads`` caps the worker's DataLoader processes, which read
+``checkpoint/``; the end of training writes ``model/train/model_epoch_final.pth`` and
+``model_epoch_final_optimizer_state.pth`` besides the runtime's ``model/model_epoch_final.pth``.
+``num_dataloader_threads`` caps the worker's DataLoader processes, which read
 its next micro-batches while it computes (its GPU's share of the node's cores decides below the
 cap; none on virtual GPUs, whose workers share the CPU); ``scaleup_function`` is accepted and
 never needed, since the effective batch (and
@@ -443,6 +445,14 @@ class _Bridge(RuntimeCallback):
             _call(cb, "on_epoch_end", epoch, save)
 
     def on_train_end(self, logs: dict[str, Any]) -> None:
+        t = self.trainer
+        if self.lead and t.result_dir is not None:  # the layout WMLA's tutorials show
+            train_dir = t.result_dir / "model" / "train"
+            atomic_save(to_cpu(t.module.state_dict()), train_dir / "model_epoch_final.pth")
+            atomic_save(
+                to_cpu(t.optimizer.state_dict()),
+                train_dir / "model_epoch_final_optimizer_state.pth",
+            )
         if self.fm.enable_onnx and self.lead:
             warnings.warn("jupyter-edt saves the model as .pth, not ONNX", stacklevel=1)
         for cb in self._callbacks():

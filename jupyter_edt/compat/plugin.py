@@ -1,9 +1,15 @@
 """WMLA's program contract, added to every job through the core's plugin seam
 (``jobs.plugins.JobPlugin``): the names WMLA programs read, FABRIC_HOME, a copy of an exec's
-submitted code, each exec worker's own LOG_DIR, and emetrics files read as metric records."""
+submitted code, each exec worker's own LOG_DIR, and emetrics files read as metric records.
+
+An exec's processes have ``FABRIC_HOME/libs/fabric.zip`` on their PYTHONPATH, as WMLA's have,
+so a program does ``from callbacks import Callback`` or ``from fabric_model import FabricModel``
+with no ``sys.path`` change of its own (a program's own modules still come first: its folder
+leads ``sys.path``)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -11,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..jobs.models import Job
 from ..jobs.plugins import WORKER_SETUP_ENV
-from .fabric_home import ensure_fabric_home
+from .fabric_home import ensure_fabric_home, fabric_zip
 from .formats import EMETRICS_PATTERNS, emetrics_records
 from .wmla import exec_info, submitted_code_dir, use_process_log_dir
 
@@ -43,6 +49,11 @@ class WMLAPlugin:
         }
         if exec_info(job.spec) is not None:
             env[WORKER_SETUP_ENV] = _WORKER_SETUP
+            # this replaces the path the job would have had: the submitted one, else the
+            # service's (which its fork server keeps too)
+            had = job.spec.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+            paths = [str(fabric_zip(self.fabric_home)), *filter(None, had.split(os.pathsep))]
+            env["PYTHONPATH"] = os.pathsep.join(paths)
         return env
 
     def prepare(self, job: Job, job_dir: JobDir) -> None:

@@ -3,11 +3,18 @@
 An exec is a job whose spec has ``surface`` ``EXEC_SURFACE``, with its ``--model-dir`` and ``args``
 string in the spec's ``annotations``. Execs submitted before that field existed carry them as
 environment markers (``LEGACY_MODEL_DIR``, ``LEGACY_ARGS``); both are read.
+
+WMLA's names for this server's parts: its one pool of GPUs is one *instance group*, whose id
+(``sigId``) is ``instance_group_id``; any ``sigName`` a client sends maps to it. An exec's driver
+(``submissionId``, Conductor's ``driver.id``) is named by the exec's id; its workers are the
+*executors* ``1, 2, ...`` (``executor_number``: worker ``w0`` is executor 1).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import uuid
 from pathlib import Path
 from typing import NamedTuple
 
@@ -19,14 +26,45 @@ LEGACY_ARGS = "EDT_WMLA_ARGS"
 
 __all__ = [
     "EXEC_SURFACE",
+    "INSTANCE_GROUP",
     "ExecInfo",
     "exec_annotations",
     "exec_info",
     "exec_state",
+    "executor_number",
+    "executor_worker",
+    "instance_group_id",
     "process_log_dir",
     "submitted_code_dir",
     "use_process_log_dir",
 ]
+
+
+#: The name of this server's one instance group (``sigName``).
+INSTANCE_GROUP = "jupyter-edt"
+_WORKER = re.compile(r"^w(\d+)$")
+
+
+def instance_group_id(jobs_dir: str | os.PathLike[str]) -> str:
+    """The ``sigId`` of this server's one instance group: a UUID derived from where its jobs
+    live (a service's ``runner.jobs_dir``), so it stays the same across restarts of the same
+    server and differs between servers."""
+    where = os.path.realpath(jobs_dir)
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"jupyter-edt:instance-group:{where}"))
+
+
+def executor_number(worker: str) -> int | None:
+    """The executor number WMLA's API names a worker by (``w0`` -> 1); None for a process that
+    is no worker (the driver)."""
+    found = _WORKER.match(worker)
+    return None if found is None else int(found[1]) + 1
+
+
+def executor_worker(number: int) -> str:
+    """The worker that is executor `number` (1 -> ``w0``); ValueError below 1."""
+    if number < 1:
+        raise ValueError(f"executors are numbered from 1, got {number}")
+    return f"w{number - 1}"
 
 
 class ExecInfo(NamedTuple):

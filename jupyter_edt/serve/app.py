@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import os
+import secrets
 import signal
 import stat
 from collections.abc import Callable
@@ -14,10 +15,12 @@ from urllib.parse import urlparse
 
 from tornado import web
 from tornado.httpserver import HTTPServer
-from traitlets import Bool, Int, Type, Unicode, default
+from tornado.log import access_log
+from traitlets import Bool, Float, Int, Type, Unicode, default
 from traitlets.config import Application, catch_config_error
 
 from ..api import routes
+from ..api.credentials import ACCESS_TOKEN_LIFETIME_S, AccessTokens, scrubbed_uri
 from ..host import JobHost
 from ..launch.accounts import Account, lookup_account
 from ..version import __version__
@@ -72,6 +75,14 @@ class EDTService(JobHost, Application):
         help="""Serve several users although jobs do not run as their users (the service is
         not root, or `run_as_users` is off): every job then runs as the service's own
         account, and each user's jobs can read the others' files. For a trusted team only.""",
+    )
+
+    access_token_lifetime = Float(
+        ACCESS_TOKEN_LIFETIME_S,
+        config=True,
+        help="""Seconds an access token from GET /auth/v1/logon (WMLA's clients send it as
+        X-Auth-Token) is good for. Tokens are signed with a key made at each start, so a
+        restart asks their holders to log on again.""",
     )
 
     @default("run_as_users")
@@ -150,6 +161,8 @@ class EDTService(JobHost, Application):
             handlers,  # type: ignore[arg-type]
             edt=self,
             edt_auth=self.authenticator,
+            edt_access_tokens=AccessTokens(secrets.token_bytes(32), self.access_token_lifetime),
+            log_function=log_request,
             base_url=prefix + "/",
             websocket_ping_interval=20,
         )
@@ -183,6 +196,25 @@ class EDTService(JobHost, Application):
 
     def start(self) -> None:
         asyncio.run(self.serve())
+
+
+def log_request(handler: web.RequestHandler) -> None:
+    """Tornado's access log line, with the values of secret query arguments scrubbed (no
+    request header is logged: neither Authorization nor X-Auth-Token reaches the log)."""
+    status = handler.get_status()
+    log = access_log.info if status < 400 else access_log.warning
+    if status >= 500:
+        log = access_log.error
+    request = handler.request
+    uri = scrubbed_uri(request)
+    log(
+        "%d %s %s (%s) %.2fms",
+        status,
+        request.method,
+        uri,
+        request.remote_ip,
+        1000.0 * request.request_time(),
+    )
 
 
 main = EDTService.launch_instance

@@ -1,13 +1,22 @@
-"""The shared service's front: every request identified by its token, errors as JSON."""
+"""The shared service's front: every request identified by its token (or, from a WMLA client,
+by Basic credentials whose password is such a token, or by an access token), errors as JSON."""
 
 from __future__ import annotations
 
 import json
+import secrets
 from typing import Any
 
 from tornado import web, websocket
 
 from ..api.base import APIError
+from ..api.credentials import (
+    BadCredentials,
+    Credentials,
+    access_tokens,
+    request_summary,
+    wmla_credentials,
+)
 from ..jobs.users import Identity
 from .auth import AccessDenied, Authenticator
 
@@ -23,21 +32,58 @@ def request_token(request: Any) -> str | None:
 
 
 class _TokenIdentity:
+    credentials: Credentials | None = None
+
     async def identify(self: Any) -> Identity:
+        try:
+            self.credentials = wmla_credentials(self.request)
+        except BadCredentials as err:
+            raise APIError(401, str(err)) from err
+        if self.credentials is not None:
+            return await self._wmla_identity(self.credentials)
         token = request_token(self.request)
         if token is None:
             raise APIError(401, "A token is needed: send 'Authorization: token <your token>'.")
-        auth: Authenticator = self.settings["edt_auth"]
-        try:
-            identity = await auth.authenticate(token)
-        except AccessDenied as err:
-            raise APIError(403, str(err)) from err
+        identity = await self._token_owner(token)
         if identity is None:
             raise APIError(403, "The token is not valid here.")
         return identity
 
+    async def _token_owner(self: Any, token: str) -> Identity | None:
+        auth: Authenticator = self.settings["edt_auth"]
+        try:
+            return await auth.authenticate(token)
+        except AccessDenied as err:
+            raise APIError(403, str(err)) from err
+
+    async def _wmla_identity(self: Any, credentials: Credentials) -> Identity:
+        """Basic: the password is a token, and the user its owner; an access token: the
+        caller its logon named (with the groups and role they had then)."""
+        if credentials.scheme == "basic":
+            identity = await self._token_owner(credentials.secret)
+            if identity is None or identity.name != credentials.user:
+                raise APIError(401, "The user name and token do not match a user here.")
+            return identity
+        claims = access_tokens(self.settings, _no_key).verify(credentials.secret)
+        if claims is None:
+            raise APIError(401, "The access token is not valid here, or has expired: log on again.")
+        return Identity(claims["sub"], tuple(claims.get("groups", ())), bool(claims.get("admin")))
+
+    async def issue_access_token(self: Any) -> tuple[str, int]:
+        identity = self.identity
+        claims = {"groups": list(identity.groups), "admin": identity.admin}
+        return access_tokens(self.settings, _no_key).issue(identity.name, claims)
+
+
+def _no_key() -> bytes:
+    """The key of a service made without one (its app sets `edt_access_tokens`): a random one."""
+    return secrets.token_bytes(32)
+
 
 class _JSONErrors:
+    def _request_summary(self: Any) -> str:
+        return request_summary(self)  # what tornado logs of a refusal: no ?token= value
+
     def write_error(self: Any, status_code: int, **kwargs: Any) -> None:
         """Every error a JSON body, as the API's clients expect (the handlers' own APIErrors
         are written before this is reached)."""

@@ -13,18 +13,27 @@ from jsonschema import Draft202012Validator
 from tornado.httpclient import HTTPClientError
 from tornado.websocket import WebSocketHandler
 
-from jupyter_edt.api import default_handlers
+from jupyter_edt.api import conductor_handlers, default_handlers, logon_handlers
 from jupyter_edt.api.wmla import wmla_handlers
 
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
 def template(pattern: str) -> str:
-    """`/edt/api/v1/jobs/(?P<job_id>[^/]+)/logs` -> `/v1/jobs/{job_id}/logs`: a path under the
-    document's server, /edt/api."""
-    path = pattern.removeprefix(DOC["servers"][0]["url"])
-    path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", path)
-    return path.removesuffix("/?").replace("\\.", ".")
+    """`/edt/api/v1/jobs/(?P<job_id>[^/]+)/logs` -> `/edt/api/v1/jobs/{job_id}/logs`: a served
+    route as a full path, an alias prefix (the document's `x-path-aliases`) named by the prefix
+    it stands for."""
+    path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", pattern)
+    path = path.removesuffix("/?").replace("\\.", ".")
+    for alias, prefix in DOC.get("x-path-aliases", {}).items():
+        if path.startswith(f"{alias}/"):
+            path = prefix + path.removeprefix(alias)
+    return path
+
+
+def documented_path(path: str, item: dict) -> str:
+    """A documented path in full: below its own server, or the document's."""
+    return (item.get("servers") or DOC["servers"])[0]["url"] + path
 
 
 def served_methods(handler: type) -> set[str]:
@@ -40,10 +49,10 @@ def test_every_served_route_and_method_is_documented_and_nothing_more():
     that declares no operation (a fuzzer would send it plain GETs)."""
     served = {
         template(p): {"websocket"} if issubclass(h, WebSocketHandler) else served_methods(h)
-        for p, h in default_handlers + wmla_handlers
+        for p, h in default_handlers + wmla_handlers + logon_handlers + conductor_handlers
     }
     documented = {
-        path: {m for m in item if m in METHODS}
+        documented_path(path, item): {m for m in item if m in METHODS}
         | ({"websocket"} if "x-websocket" in item else set())
         for path, item in DOC["paths"].items()
     }

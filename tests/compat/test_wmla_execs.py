@@ -41,7 +41,12 @@ pytestmark = pytest.mark.multi_user
 
 @pytest.fixture
 def edt_config():
-    return {"devices": "virtual", "virtual_gpus": 4, "min_rescale_interval": 0.0}
+    return {
+        "devices": "virtual",
+        "virtual_gpus": 4,
+        "min_rescale_interval": 0.0,
+        "warm_workers": False,  # the session's fork server instead (tests/conftest.py)
+    }
 
 
 async def wmla(jp_fetch, user, *path, method="GET", raw=False, **kw):
@@ -128,12 +133,16 @@ async def test_a_wmla_program_runs_grows_and_returns_its_metrics_logs_and_result
     assert len(test) == EPOCHS and all(0.0 <= m["accuracy"] <= 1.0 for m in test)
     assert test[-1]["loss"] < test[0]["loss"]
 
-    # the log endpoint carries the elog lines
-    outlog = await wmla(jp_fetch, "alice", "execs", exec_id, "log", params={"logType": "outlog"})
-    check("/execs/{exec_id}/log", "get", 200, outlog)
-    elog = [f for f in map(parse_elog_line, outlog.splitlines()) if f]
+    # the log endpoint carries the elog lines and nothing else; outlog the program's output
+    log = await wmla(jp_fetch, "alice", "execs", exec_id, "log")
+    check("/execs/{exec_id}/log", "get", 200, log)
+    elog = [parse_elog_line(line) for line in log.splitlines()]
+    assert all(elog), log
     assert [f["global_steps"] for f in elog if f["title"] == "Train"] == list(range(1, STEPS + 1))
     assert sum(f["title"] == "Test" for f in elog) == EPOCHS
+    outlog = await wmla(jp_fetch, "alice", "execs", exec_id, "log", params={"logType": "outlog"})
+    check("/execs/{exec_id}/log", "get", 200, outlog)
+    assert not any(map(parse_elog_line, outlog.splitlines()))
     assert "unknown arguments: []" in outlog  # platform options out, the program's in
     seen = [
         json.loads(line.split(":", 1)[1])
@@ -161,6 +170,8 @@ async def test_a_wmla_program_runs_grows_and_returns_its_metrics_logs_and_result
     names = set(zipfile.ZipFile(io.BytesIO(data)).namelist())
     for name in (
         "model/model_epoch_final.pth",
+        "model/train/model_epoch_final.pth",
+        "model/train/model_epoch_final_optimizer_state.pth",
         "model/train/model_epoch_1.pth",
         "model/train/model_epoch_1_optimizer_state.pth",
         f"model/train/model_epoch_{EPOCHS}.pth",
