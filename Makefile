@@ -96,8 +96,11 @@ check-extension: install
 test-js: install
 	npm test
 
+# The suite's processes wait on servers, clusters and jobs much of the time: two pytest workers
+# keep a 2-core machine busy (tests/conftest.py keeps each module, and the Ray package, on one).
+PYTEST_WORKERS ?= 2
 test-py: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 test-ui: install chromium ui-tests/node_modules/.install-stamp
 	cd ui-tests && EDT_UI_SKIP_INSTALL=1 CHROMIUM_PATH=$(CHROMIUM) ./run.sh

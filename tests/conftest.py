@@ -26,6 +26,26 @@ EXIT_GRACE_S = 5.0
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 
+#: Test packages whose modules share a package-scoped fixture (one Ray cluster): one group.
+SHARED_PACKAGES = ("ray",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """For `pytest -n N --dist loadgroup` (``make test``): each module's tests run on one
+    worker (its module-scoped fixtures, a Hub or a service, start once), a package that shares
+    one fixture (the Ray cluster) as one group, and the longest group first, so that the other
+    worker takes everything else meanwhile rather than waiting for it at the end."""
+    tests = Path(__file__).parent
+
+    def group(item: pytest.Item) -> str:
+        rel = item.path.relative_to(tests)
+        return rel.parts[0] if rel.parts[0] in SHARED_PACKAGES else str(rel)
+
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group(item)))
+    items.sort(key=lambda item: group(item) not in SHARED_PACKAGES)  # stable: ray first
+
+
 def multi_user(node: pytest.Item) -> bool:
     """Whether `node` (a test) runs against the multi-user server: its closest mark says."""
     mark = node.get_closest_marker("multi_user")

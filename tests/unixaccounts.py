@@ -4,12 +4,14 @@ python they can execute, and removed with whatever they still run."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pwd
 import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -28,19 +30,31 @@ def accounts(
     made_groups = sorted({g for gs in groups.values() for g in gs})
     made: list[str] = []
     try:
-        for group in made_groups:
-            subprocess.run(["groupadd", group], check=True)
-        for name in names:
-            extra = ["-G", ",".join(groups[name])] if groups.get(name) else []
-            subprocess.run(["useradd", "-m", "-s", "/bin/sh", *extra, name], check=True)
-            made.append(name)
+        with _account_files():
+            for group in made_groups:
+                subprocess.run(["groupadd", group], check=True)
+            for name in names:
+                extra = ["-G", ",".join(groups[name])] if groups.get(name) else []
+                subprocess.run(["useradd", "-m", "-s", "/bin/sh", *extra, name], check=True)
+                made.append(name)
         yield
     finally:
         for name in made:
             end_processes_of(pwd.getpwnam(name).pw_uid)
-            subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
-        for group in made_groups:
-            subprocess.run(["groupdel", group], check=False, capture_output=True)
+        with _account_files():
+            for name in made:
+                subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
+            for group in made_groups:
+                subprocess.run(["groupdel", group], check=False, capture_output=True)
+
+
+@contextlib.contextmanager
+def _account_files() -> Iterator[None]:
+    """One test process at a time changes /etc/passwd and /etc/group (pytest-xdist runs
+    several): useradd fails, rather than waits, while another holds their lock."""
+    with open(os.path.join(tempfile.gettempdir(), "edt-test-accounts.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def shared_python(venv: Path) -> str:
