@@ -224,6 +224,45 @@ describe('JobsModel', () => {
     expect(model.state.jobs.get('b')?.job.state).toBe('QUEUED');
   });
 
+  it('keeps the events of a job being read and applies them after', async () => {
+    // The server answers the read of a new job with what it was before the
+    // events that arrive while the answer travels (a busy server).
+    let answer: (job: IJobInfo) => void = () => undefined;
+    const sockets: FakeSocket[] = [];
+    model = new JobsModel({
+      listJobs: async () => [],
+      getJob: () => new Promise<IJobInfo>(resolve => (answer = resolve)),
+      connect: (after, jobId) => {
+        const socket = new FakeSocket(after, jobId);
+        sockets.push(socket);
+        return socket;
+      },
+      stream: { minDelay: 5, maxDelay: 40, silenceTimeout: 0 }
+    });
+    model.setActive(true);
+    await waitFor(() => sockets.length === 1);
+    sockets[0].open();
+    sockets[0].deliver(
+      { id: 1, kind: 'state', job_id: 'b', time: 100, state: 'QUEUED' },
+      { id: 2, kind: 'allocation', job_id: 'b', time: 101, devices: ['gpu2'] },
+      { id: 3, kind: 'state', job_id: 'b', time: 102, state: 'STARTING' }
+    );
+    expect(model.state.jobs.has('b')).toBe(false);
+    answer(job('b', { state: 'QUEUED', devices: [], updated: 100 }));
+    await waitFor(() => model.state.jobs.get('b')?.job.state === 'STARTING');
+    expect(model.state.jobs.get('b')?.job.devices).toEqual(['gpu2']);
+    // later events apply at once
+    sockets[0].deliver({
+      id: 4,
+      kind: 'state',
+      job_id: 'b',
+      time: 103,
+      state: 'RUNNING'
+    });
+    expect(model.state.jobs.get('b')?.job.state).toBe('RUNNING');
+    expect(model.state.jobs.get('b')?.job.devices).toEqual(['gpu2']);
+  });
+
   it('reports a failed listing and takes an action answer at once', async () => {
     const env = setup(new Map());
     model = env.model;

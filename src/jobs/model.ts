@@ -136,9 +136,14 @@ export class JobsModel implements IDisposable {
 
   /** Apply one event (the stream calls this; exposed for tests and replays). */
   apply(event: IJobEvent): void {
+    const held = event.job_id ? this._pending.get(event.job_id) : undefined;
+    if (held) {
+      held.push(event); // its job is being read: applied once it is in the list
+      return;
+    }
     const result = applyEvent(this._jobs, event);
     if (result.unknownJob !== null) {
-      void this._fetchUnknown(result.unknownJob);
+      void this._fetchUnknown(result.unknownJob, event);
       return;
     }
     if (!result.changed) {
@@ -187,22 +192,31 @@ export class JobsModel implements IDisposable {
     }
   }
 
-  /** A job created after the snapshot: read it once, then its events apply. */
-  private async _fetchUnknown(jobId: string): Promise<void> {
-    if (this._pending.has(jobId)) {
-      return;
-    }
-    this._pending.add(jobId);
+  /**
+   * A job created after the snapshot: read it once, then apply the events
+   * that came meanwhile, in order. The answer may have been read before them
+   * (an allocation, on a busy server): dropped, they would be lost for good;
+   * an event the answer already holds changes nothing (`applyEvent`).
+   */
+  private async _fetchUnknown(jobId: string, first: IJobEvent): Promise<void> {
+    const held = [first];
+    this._pending.set(jobId, held);
     try {
       const job = await this._options.getJob(jobId);
       if (!this._disposed && !this._jobs.has(jobId)) {
         this._jobs = upsertJob(this._jobs, job);
-        this._emit();
       }
     } catch {
       // deleted meanwhile, or not visible: nothing to show
     } finally {
       this._pending.delete(jobId);
+    }
+    if (this._disposed || !this._jobs.has(jobId)) {
+      return;
+    }
+    this._emit();
+    for (const event of held) {
+      this.apply(event);
     }
   }
 
@@ -220,7 +234,8 @@ export class JobsModel implements IDisposable {
   private _active = false;
   private _cursor = 0;
   private _stream: EventStream | null = null;
-  private readonly _pending = new Set<string>();
+  /** Jobs being read (`_fetchUnknown`), with the events that came meanwhile. */
+  private readonly _pending = new Map<string, IJobEvent[]>();
   private _disposed = false;
   private readonly _changed = new Signal<this, IJobsState>(this);
   private readonly _finished = new Signal<this, IJobFinished>(this);
