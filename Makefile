@@ -100,7 +100,7 @@ test-js: install
 # keep a 2-core machine busy (tests/conftest.py keeps each module, and the Ray package, on one).
 PYTEST_WORKERS ?= 2
 test-py: install
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope
 
 test-ui: install chromium ui-tests/node_modules/.install-stamp
 	cd ui-tests && EDT_UI_SKIP_INSTALL=1 CHROMIUM_PATH=$(CHROMIUM) ./run.sh

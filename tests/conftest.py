@@ -13,6 +13,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from multiuser import ADMINS, TokenPerUser
@@ -26,24 +27,36 @@ EXIT_GRACE_S = 5.0
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 
-#: Test packages whose modules share a package-scoped fixture (one Ray cluster): one group.
+#: Test packages whose modules share a package-scoped fixture (one Ray cluster): one unit.
 SHARED_PACKAGES = ("ray",)
 
 
+def _work_unit(nodeid: str) -> str:
+    """What one xdist worker runs whole: a test's module, or its package if it is shared."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 and parts[1] in SHARED_PACKAGES else path
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """For `pytest -n N --dist loadgroup` (``make test``): each module's tests run on one
-    worker (its module-scoped fixtures, a Hub or a service, start once), a package that shares
-    one fixture (the Ray cluster) as one group, and the longest group first, so that the other
-    worker takes everything else meanwhile rather than waiting for it at the end."""
-    tests = Path(__file__).parent
+    """The shared packages' tests first (stable otherwise): under ``make test``'s two workers
+    (`pytest_xdist_make_scheduler`) the longest unit, the Ray package, starts at once while
+    the other worker takes everything else, rather than holding up the end."""
+    items.sort(key=lambda item: _work_unit(item.nodeid) == item.nodeid.split("::", 1)[0])
 
-    def group(item: pytest.Item) -> str:
-        rel = item.path.relative_to(tests)
-        return rel.parts[0] if rel.parts[0] in SHARED_PACKAGES else str(rel)
 
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))
-    items.sort(key=lambda item: group(item) not in SHARED_PACKAGES)  # stable: ray first
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``make test`` runs pytest on two workers (`--dist loadscope`): each module's tests on
+    one (its module-scoped fixtures, a Hub or a service, start once) and a shared package's
+    as one unit (the Ray cluster), in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # collection order: the Ray package first
+    return ModuleScheduling(config, log)
 
 
 def multi_user(node: pytest.Item) -> bool:

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -89,6 +90,9 @@ def ray_cluster(nodes: int = 2, gpus_per_node: int = 2) -> Iterator[RayCluster]:
 
     tmpdir = tempfile.mkdtemp(prefix="edt-ray-")
     previous = os.environ.get("RAY_TMPDIR")
+    # Ray's head node takes SIGTERM and SIGINT in this process (to drain the node): given back
+    # after, so that a later SIGTERM (a program's restart, in a test) is the process's own
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     os.environ["RAY_TMPDIR"] = tmpdir
     os.mkdir(os.path.join(tmpdir, "ray"))  # where Ray writes the current cluster's address
     head = {**_node_args(0), "_system_config": FAST_HEALTH_CHECKS}
@@ -108,6 +112,9 @@ def ray_cluster(nodes: int = 2, gpus_per_node: int = 2) -> Iterator[RayCluster]:
             os.environ.pop("RAY_TMPDIR", None)
         else:
             os.environ["RAY_TMPDIR"] = previous
+        for sig, handler in handlers.items():
+            if handler is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(sig, handler)
 
 
 def _tree(root: int) -> set[int]:
