@@ -4,6 +4,8 @@ api/test_artifacts_api)."""
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import io
 import stat
 import tarfile
@@ -11,8 +13,13 @@ import zipfile
 
 
 def make_tar(members: list[tuple[tarfile.TarInfo, bytes | None]], mode: str = "w:gz") -> bytes:
+    """The archive's bytes, the same at every call (gzip's header holds no time): a test's
+    parameters, and so its id, must be the same in every pytest worker."""
     out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode=mode) as tar:
+    gz = mode == "w:gz"
+    with contextlib.ExitStack() as stack:
+        fileobj = stack.enter_context(gzip.GzipFile(fileobj=out, mode="wb", mtime=0)) if gz else out
+        tar = stack.enter_context(tarfile.open(fileobj=fileobj, mode="w" if gz else mode))
         for info, data in members:
             if data is not None:
                 info.size = len(data)
