@@ -385,17 +385,21 @@ def trained_at(service, job_id: str, world_size: int) -> None:
     )
 
 
-def trained_at_after(service, job_id: str, world_size: int, shrunk_at: int) -> None:
-    """Once the job reported a step at `world_size` workers after one at `shrunk_at`."""
+def sizes_in_time(metrics: list[dict]) -> list[int]:
+    """The world sizes of the job's step records, oldest first."""
+    steps = [m for m in metrics if m.get("type") == "step" and "world_size" in m]
+    return [m["world_size"] for m in sorted(steps, key=lambda m: m["time"])]
 
-    def grown_back(ms: list[dict]) -> bool:
-        sizes = [m["world_size"] for m in ms if "world_size" in m]
-        return shrunk_at in sizes and world_size in sizes[sizes.index(shrunk_at) :]
 
+def trained_at_since(service, job_id: str, world_size: int, since: float) -> None:
+    """Once the job reported a step at `world_size` workers taken after `since` (a time)."""
     eventually_sync(
         lambda: api(service, "GET", f"jobs/{job_id}/metrics")["metrics"],
-        f"a step at {world_size} workers after one at {shrunk_at}",
-        until=grown_back,
+        f"a step at {world_size} workers since {since}",
+        until=lambda ms: any(
+            m.get("type") == "step" and m.get("world_size") == world_size and m["time"] > since
+            for m in ms
+        ),
         timeout=DEADLINE_S,
     )
 
@@ -455,6 +459,7 @@ def test_a_job_shrinks_in_place_to_one_node_and_grows_back_exactly(cluster, serv
     assert all(before[w] == after[w] for w in after)  # the survivors' very processes
     # the newcomer ends as soon as it holds its GPUs: the first job has most of its steps left
     # to take at 4, however long a newcomer takes to start on a busy machine
+    shrunk_by = time.time()  # the survivors are 2: every step from now on is taken at 2 or 4
     assert api(service, "DELETE", f"jobs/{small['id']}")["state"] == "CANCELLED"
     wait_job(
         service,
@@ -462,16 +467,12 @@ def test_a_job_shrinks_in_place_to_one_node_and_grows_back_exactly(cluster, serv
         "the first job back on 4 GPUs",
         lambda j: len(j["devices"]) == 4 or j["state"] != "RUNNING",
     )
-    trained_at_after(service, big["id"], 4, shrunk_at=2)
+    trained_at_since(service, big["id"], 4, shrunk_by)
     HURRY.touch()  # seen back at 4: the rest of its steps need not take long
     done = finished(service, big["id"])
     assert done["state"] == "SUCCEEDED", said(service, done["id"])
     assert done["restarts"] == 0, said(service, done["id"])
-    sizes = [
-        e["world_size"]
-        for e in api(service, "GET", f"jobs/{big['id']}/metrics")["metrics"]
-        if "world_size" in e
-    ]
+    sizes = sizes_in_time(api(service, "GET", f"jobs/{big['id']}/metrics")["metrics"])
     assert {4, 2} <= set(sizes) and sizes[-1] == 4, sizes
 
     assert_equals_reference(service, big["id"], tmp_path)
