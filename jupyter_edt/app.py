@@ -10,10 +10,11 @@ import os
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider, User
 from jupyter_server.extension.application import ExtensionApp
 from tornado.httpclient import AsyncHTTPClient
-from traitlets import Bool, Unicode, default
+from traitlets import Bool, Float, Unicode, default
 
 from . import __version__
 from .api import routes
+from .api.credentials import ACCESS_TOKEN_LIFETIME_S
 from .api.forward import forward_handlers
 from .api.jupyter import JupyterFront, JupyterSocketFront
 from .host import JobHost, load_policy
@@ -62,6 +63,14 @@ class EDTApp(JobHost, ExtensionApp):
         help="""The token this server calls the shared service with (default: the server's
         JupyterHub token, $JUPYTERHUB_API_TOKEN, which needs the service's access scope:
         `c.Spawner.server_token_scopes`).""",
+    )
+
+    access_token_lifetime = Float(
+        ACCESS_TOKEN_LIFETIME_S,
+        config=True,
+        help="""Seconds an access token from GET /auth/v1/logon (WMLA's clients send it as
+        X-Auth-Token) is good for. Tokens are signed with a key derived from the server's
+        cookie secret, so they outlive a restart that keeps it.""",
     )
 
     @default("owner")

@@ -32,7 +32,7 @@ REALM = "jupyter-edt"
 BASIC_CHALLENGE = f'Basic realm="{REALM}"'
 TOKEN_CHALLENGE = f'token realm="{REALM}"'
 #: Paths WMLA's clients call (below the server's base URL): a 401 there asks for Basic.
-WMLA_PATHS = ("platform/rest/", "auth/v1/")
+WMLA_PATHS = ("platform/rest", "auth/v1")
 _VERSION = "edt1"
 
 
@@ -72,7 +72,7 @@ def wmla_credentials(request: Any) -> Credentials | None:
 def is_wmla_path(request: Any, base_url: str) -> bool:
     """Whether the request is for one of WMLA's paths, whose clients expect a Basic challenge."""
     path = request.path.removeprefix(base_url.rstrip("/")).lstrip("/")
-    return path.startswith(WMLA_PATHS)
+    return any(path == root or path.startswith(root + "/") for root in WMLA_PATHS)
 
 
 def challenge(request: Any, base_url: str, credentials: Credentials | None = None) -> str:
@@ -131,10 +131,12 @@ class AccessTokens:
         return claims
 
 
-def access_tokens(settings: dict[str, Any], key: Callable[[], bytes]) -> AccessTokens:
+def access_tokens(
+    settings: dict[str, Any], key: Callable[[], bytes], lifetime_s: float = ACCESS_TOKEN_LIFETIME_S
+) -> AccessTokens:
     """The application's `AccessTokens`, made on first use with the key `key()` gives."""
     if "edt_access_tokens" not in settings:
-        settings["edt_access_tokens"] = AccessTokens(key())
+        settings["edt_access_tokens"] = AccessTokens(key(), lifetime_s)
     return settings["edt_access_tokens"]
 
 

@@ -7,7 +7,9 @@ included); only the server's own user is forwarded, with the server's Hub token 
 gives the access scope of the service through `c.Spawner.server_token_scopes`), never with the
 caller's credentials. A visitor of a shared server is refused rather than acting as its owner.
 WMLA's logons are answered here: an access token is this server's, checked here. Bodies and
-answers stream through, so uploads and result downloads cost no memory here.
+answers stream through, so uploads and result downloads cost no memory here. The service hears
+where the caller reached this server (``X-Forwarded-Proto``, ``-Host``, ``-Prefix``), so the
+URLs it names in its answers (an exec's ``schedulerUrl``) are this server's.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from . import joined, logon_handlers
 from .base import APIError
 from .credentials import challenge
 from .jupyter import JupyterFront, JupyterSocketFront
+from .openapi import NotFoundHandler
 
 #: Request headers passed on (hop-by-hop ones and the caller's credentials are not).
 PASSED_REQUEST = ("Content-Type", "Accept", "Range", "If-None-Match", "If-Modified-Since")
@@ -81,6 +84,11 @@ class _Remote:
     def upstream_headers(self: Any) -> dict[str, str]:
         headers = {k: v for k in PASSED_REQUEST if (v := self.request.headers.get(k))}
         headers["Authorization"] = f"token {self.remote.service_token}"
+        # where the caller reached this server (a proxy in front of it, JupyterHub's, says)
+        asked = self.request.headers
+        headers["X-Forwarded-Proto"] = asked.get("X-Forwarded-Proto", self.request.protocol)
+        headers["X-Forwarded-Host"] = asked.get("X-Forwarded-Host", self.request.host)
+        headers["X-Forwarded-Prefix"] = self.base_url.rstrip("/") or "/"
         return headers
 
 
@@ -139,6 +147,8 @@ class ForwardHandler(_Remote, JupyterFront):
                 f"The jupyter-edt service at {self.remote.service_url} does not answer "
                 f"({response.error}).",
             )
+        if not self._headers_written:  # an empty answer: its headers as the service set them
+            await self.flush()  # (Jupyter's `finish` would make it JSON)
         self.finish()
 
     def _upstream_header(self, line: str) -> None:
@@ -230,4 +240,6 @@ forward_handlers = [
     *joined(logon_handlers, _OwnerOnly, JupyterSocketFront),
     (r"/edt/api/(.*)", ForwardHandler),
     (r"/platform/rest/(.*)", ForwardHandler),
+    # the service answers its own unknown paths; /auth/v1/ is this server's (the logon)
+    *joined([(r"/auth/v1(?:/.*)?", NotFoundHandler)], _OwnerOnly, JupyterSocketFront),
 ]

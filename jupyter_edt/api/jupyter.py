@@ -88,7 +88,8 @@ class _JupyterIdentity:
         return self.credentials
 
     def _tokens(self: Any) -> Any:
-        return access_tokens(self.settings, lambda: _key(self.settings))
+        lifetime = self.extensionapp.access_token_lifetime
+        return access_tokens(self.settings, lambda: _key(self.settings), lifetime)
 
     async def prepare(self: Any) -> Any:
         credentials = self._wmla()

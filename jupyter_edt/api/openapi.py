@@ -1,5 +1,6 @@
 """GET /edt/api/v1/openapi.json: the API's own contract (docs/openapi.yaml) as JSON; and a JSON
-404 for every other path under /edt/api/, so that a client of the API never gets an HTML page.
+404 for every other path under the API's roots (/edt/api/, WMLA's /platform/rest/ and
+/auth/v1/), so that a client of the API never gets an HTML page.
 
 The document is served as written, except that its server URLs are put under the Jupyter
 server's base URL (`/user/alice/` behind JupyterHub): a tool that reads the document from a
@@ -50,7 +51,11 @@ class OpenAPIHandler(EDTHandler):
 
 
 class NotFoundHandler(EDTHandler):
-    """Any other path under /edt/api/ (registered last): a 404 with the API's error body."""
+    """Any other path under the API's roots (registered after every operation's route): a 404
+    with the API's error body, for an identified caller (a stranger learns nothing of which
+    paths exist: 401 or 403 as anywhere else)."""
+
+    notes_caller = False  # nothing to tell the service (a forwarding server has none)
 
     async def get(self, *args: str) -> None:
         raise APIError(404, f"No API operation at {self.request.path}")

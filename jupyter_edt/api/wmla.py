@@ -14,6 +14,7 @@ error bodies are the native API's; the logic is in ``compat/execs.py``.
 from __future__ import annotations
 
 from tornado import web
+from tornado.httputil import HTTPServerRequest
 
 from ..compat.execargs import exec_query
 from ..compat.execs import Execs
@@ -37,11 +38,32 @@ class ExecForm(UploadForm):
             raise FormError("The archive is missing: send it as the 'file' part.", "file")
 
 
+def deep_learning_url(request: HTTPServerRequest, base_path: str) -> str:
+    """This server's deep-learning API as the caller reached it (an exec's ``schedulerUrl``):
+    at WMLA's prefix below `base_path`, or where a proxy or a forwarding user's server says it
+    was reached (``X-Forwarded-Proto``, ``-Host``, ``-Prefix``). Only the caller sees it."""
+    headers = request.headers
+
+    def said(name: str, default: str) -> str:
+        return headers.get(name, "").split(",")[0].strip() or default
+
+    proto = said("X-Forwarded-Proto", request.protocol)
+    host = said("X-Forwarded-Host", request.host)
+    prefix = said("X-Forwarded-Prefix", base_path).strip("/")
+    path = "/".join(part for part in (prefix, WMLA_PREFIXES[0].strip("/")) if part)
+    return f"{proto}://{host}/{path}"
+
+
 class ExecsMixin:
     @property
     def execs(self) -> Execs:
-        host = self.host  # type: ignore[attr-defined]
-        return Execs(host.job_service, data_root=getattr(host, "data_root", ""))
+        handler: EDTHandler = self  # type: ignore[assignment]
+        host = handler.host
+        return Execs(
+            host.job_service,
+            data_root=getattr(host, "data_root", ""),
+            scheduler_url=deep_learning_url(handler.request, handler.base_path),
+        )
 
     async def write_text_or_json(self, text: str, *, text_by_default: bool) -> None:
         """`text` raw for a client that accepts text/plain or octet-stream (and not JSON), as

@@ -143,10 +143,14 @@ def framework_version() -> str:
 
 
 class Execs:
-    def __init__(self, service: JobService, *, data_root: str = "") -> None:
+    def __init__(
+        self, service: JobService, *, data_root: str = "", scheduler_url: str = ""
+    ) -> None:
         self.service = service
         #: DATA_DIR's root (WMLA's DLI_DATA_FS), ``{username}`` standing for the user
         self.data_root = data_root
+        #: this server's deep-learning API as the caller reached it (``schedulerUrl``)
+        self.scheduler_url = scheduler_url
 
     @property
     def sig_id(self) -> str:
@@ -183,7 +187,9 @@ class Execs:
 
     def view(self, job: Job) -> dict[str, Any]:
         """An exec as WMLA's API shows it. ``submissionId`` (the driver's id) and ``appId`` are
-        the exec's id, as Conductor's ``driver.id`` is."""
+        the exec's id, as Conductor's ``driver.id`` is. ``nameSpace`` (WMLA's Kubernetes
+        namespace: where its execs run) is the instance group's name, this server's one pool;
+        ``schedulerUrl`` the deep-learning API that schedules it, as the caller reached it."""
         info = exec_info(job.spec)
         state = exec_state(job.state, job.reason)
         out: dict[str, Any] = {
@@ -205,6 +211,8 @@ class Execs:
             "endTime": _iso(job.finished),
             "user": job.user,
             "message": job.reason,
+            "nameSpace": INSTANCE_GROUP,
+            "schedulerUrl": self.scheduler_url,
         }
         if state in ("ERROR", "FAILED"):
             why = f": {job.reason}" if job.reason else ""

@@ -1,7 +1,8 @@
 """What fuzzing the API from its contract (tests/api/test_api_fuzz.py) found in the server, each
 fixed behaviour pinned here on a real Jupyter server: the served document, JSON answers for
 every path under /edt/api/, 405s that name the allowed methods, integral numbers read as
-integers, a missing log as a 404, and cursors of any size."""
+integers, a missing log as a 404, and cursors of any size; WMLA's roots (/platform/rest/,
+/auth/v1/) answer JSON too."""
 
 from __future__ import annotations
 
@@ -77,6 +78,30 @@ async def test_a_path_under_the_api_that_names_no_operation_answers_a_json_404(
     assert (
         await stranger(http_server_client, jp_base_url, "/".join(("edt/api", *path)), method) == 403
     )
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "platform/rest/deeplearning/v1/nope"),
+        ("POST", "platform/rest/deeplearning/v1/execs/x/y/z"),
+        ("GET", "platform/rest/conductor/v1/instances"),
+        ("GET", "platform/rest"),
+        ("GET", "auth/v1/nope"),
+        ("DELETE", "auth/v1"),
+    ],
+)
+async def test_a_path_under_wmlas_roots_that_names_no_operation_answers_a_json_404(
+    jp_fetch, http_server_client, jp_base_url, method, path
+):
+    """As under /edt/api/: WMLA's clients parse JSON, never Jupyter's HTML page; a stranger is
+    asked for WMLA's Basic credentials."""
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch(path, method=method, body=b"{}" if method == "POST" else None)
+    err = caught.value
+    assert err.code == 404 and err.response.headers["Content-Type"].startswith("application/json")
+    assert "No API operation at" in json.loads(err.response.body)["message"]
+    assert await stranger(http_server_client, jp_base_url, path, method) == 401
 
 
 @pytest.mark.parametrize(

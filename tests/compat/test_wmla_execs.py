@@ -1,6 +1,7 @@
 """A WMLA EDT program, unchanged, through the execs API of a real Jupyter server on 4 virtual
-GPUs: it starts on the 2 GPUs left free, grows to 4 when they free up, finishes FINISHED, and
-its emetrics, elog lines and result layout come back through the native and the execs API."""
+GPUs: it starts on the 2 GPUs left free, grows to 4 when they free up (Conductor's application
+list follows: its GPU slots and executors go from 2 to 4), finishes FINISHED, and its emetrics,
+elog lines and result layout come back through the native and the execs API."""
 
 from __future__ import annotations
 
@@ -63,6 +64,20 @@ async def wmla_error(jp_fetch, user, *path, **kw) -> tuple[int, dict]:
     return info.value.code, json.loads(info.value.response.body)
 
 
+async def applications(jp_fetch, user: str, sig_id: str) -> list[dict]:
+    """`user`'s running applications, from Conductor's API as WMLA's notebooks list them."""
+    response = await jp_fetch(
+        "platform", "rest", "conductor", "v1", "instances", sig_id, "applications",
+        params={"state": "RUNNING"}, headers=as_user(user),
+    )  # fmt: skip
+    return json.loads(response.body)
+
+
+def slots_and_executors(apps: list[dict]) -> list[tuple[int, list[str]]]:
+    """Each application's GPU slots and executor ids."""
+    return [(a["gpuslots"], sorted(e["id"] for e in a["executors"])) for a in apps]
+
+
 async def wait_exec(jp_fetch, user, exec_id, condition, what: str) -> dict:
     """The exec as `user` reads it, once `condition(view)` holds."""
     return await eventually(
@@ -105,8 +120,22 @@ async def test_a_wmla_program_runs_grows_and_returns_its_metrics_logs_and_result
         jp_fetch, "alice", exec_id, lambda e: e["state"] == "RUNNING", "RUNNING"
     )
     assert running["runningWorkers"] == 2
+    # Conductor's view: one application on 2 GPU slots, an executor a worker (once the
+    # driver has reported them)
+    sig = submitted["sigId"]
+    await eventually(
+        lambda: applications(jp_fetch, "alice", sig),
+        "one application with 2 executors",
+        until=lambda a: slots_and_executors(a) == [(2, ["1", "2"])],
+    )
     await api(jp_fetch, "bob", "jobs", blocker["id"], method="DELETE")
     await wait_exec(jp_fetch, "alice", exec_id, lambda e: e["runningWorkers"] == 4, "grown")
+    (grown,) = await eventually(
+        lambda: applications(jp_fetch, "alice", sig),
+        "the application grown to 4 executors",
+        until=lambda a: slots_and_executors(a) == [(4, ["1", "2", "3", "4"])],
+    )
+    assert grown["driver"] == {"id": exec_id, "state": "RUNNING"}
     done = await wait_exec(
         jp_fetch,
         "alice",

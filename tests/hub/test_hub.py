@@ -1,5 +1,6 @@
 """The shared mode under a real JupyterHub: two users' servers forward to one `jupyter edt
-serve` on 4 virtual GPUs, identified by their Hub tokens.
+serve` on 4 virtual GPUs, identified by their Hub tokens; WMLA's tutorial client goes through a
+user's server as well.
 
 One Hub for the module (it takes ~10 s to start); the tests run in order on it."""
 
@@ -14,15 +15,20 @@ import shutil
 import subprocess
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import requests
 from edtservice import call
 from hubdeploy import Hub, have_proxy
 from jobprograms import DEADLINE_S, elastic, program
 from tornado import httpclient, websocket
 from unixaccounts import accounts, process_ids, shared_python
 from waiting import eventually, eventually_sync
+from wmla_program import FILES, model_dir_tar
+from wmlaclient import CPD_MAIN, DL, ELOG_COLUMNS, SC, TutorialClient, log_frame
 
 from jupyter_edt.launch.accounts import lookup_account
 from jupyter_edt.notebook import EDTClient
@@ -56,7 +62,9 @@ def hub(tmp_path_factory):
             settings["job_python"] = shared_python(base / "venv")
             settings["jobs_dir"] = str(base / "jobs")
         else:
+            base = tmp_path_factory.mktemp("edt-hub")
             settings |= {"run_as_users": False, "allow_shared_account": True}
+        settings["data_root"] = str(base / "data" / "{username}")  # WMLA's DLI_DATA_FS
         hub = Hub(
             tmp_path_factory.mktemp("hub"),
             [ALICE, BOB, CAROL],
@@ -238,3 +246,135 @@ def test_the_usage_adds_up(hub):
     assert users[BOB]["quota"] == 2
     mine = client(hub, ALICE).request("GET", "usage", params={"by": "user"})
     assert [row["key"] for row in mine["rows"]] == [ALICE]
+
+
+def test_a_wmla_tutorial_client_works_through_a_users_server(hub, tmp_path):
+    """WMLA's tutorial client pointed at alice's own server, which forwards to the service:
+    Basic alice:<her Hub token> on every call (1.2.x) or X-Auth-Token after /auth/v1/logon
+    (CPD). It submits with the args pasted raw, follows the exec to RUNNING and in Conductor,
+    reads the log into pandas, downloads the result and reads the driver's and an executor's
+    output. A wrong user for the token, a bad token and none get 401 asking for Basic."""
+    server, token = hub.servers[ALICE], hub.tokens[ALICE]
+    dl, sc = server + DL, server + SC
+    myauth = (ALICE, token)
+    # her server answers through the Hub's proxy (the proxy says 503 while it cannot reach it)
+    eventually_sync(
+        lambda: (
+            requests.get(
+                server + "api/status", headers={"Authorization": f"token {token}"}, timeout=60
+            ).status_code
+            == 200
+        ),
+        "alice's server answering through the proxy",
+    )
+    refused = [
+        requests.get(sc + "/auth/logon", auth=(BOB, token), timeout=60),
+        requests.get(server + "auth/v1/logon", auth=(BOB, token), timeout=60),
+        requests.get(sc + "/auth/logon", auth=(ALICE, "0" * 32), timeout=60),
+        requests.get(dl + "/execs", auth=(ALICE, hub.tokens[BOB]), timeout=60),
+        requests.get(dl + "/execs", headers={"X-Auth-Token": "edt1.e30.forged"}, timeout=60),
+        requests.get(sc + "/auth/logon", timeout=60),
+        requests.get(dl + "/execs", timeout=60),
+    ]
+    challenges = [(r.status_code, r.headers.get("WWW-Authenticate", "")) for r in refused]
+    assert challenges == [(401, 'Basic realm="jupyter-edt"')] * len(refused)
+
+    ok = requests.get(sc + "/auth/logon", auth=myauth, timeout=60)
+    assert ok.ok, (ok.status_code, ok.headers, ok.text)  # the 1.2.x notebooks read r.ok
+    logon = requests.get(server + "auth/v1/logon", auth=myauth, timeout=60).json()
+    assert logon["user"] == ALICE
+    access = logon["accessToken"]
+    client = TutorialClient(dl, myauth)
+    cpd = TutorialClient(dl, None, {"accept": "application/json", "X-Auth-Token": access})
+    assert cpd.get("/conf").ok
+    # the service itself (EDT_URL, through the Hub's proxy) takes the same Basic credentials
+    direct = requests.get(f"{hub.url}services/edt/{SC}/auth/logon", auth=myauth, timeout=60)
+    assert direct.json()["user"] == ALICE
+    assert [f["name"] for f in client.get("/execs/frameworks").json()] == ["edtPyTorch"]
+    # unknown paths answer a JSON 404 (the service's, or this server's for /auth/v1/)
+    for path in ("auth/v1/nope", f"{DL}/nope", f"{SC}/instances"):
+        r = requests.get(server + path, auth=myauth, timeout=60)
+        assert r.status_code == 404 and "No API operation" in r.json()["message"], (path, r.text)
+
+    # the data under alice's data root (made by the test, readable by her job)
+    data = Path(hub.service.settings["data_root"].replace("{username}", ALICE)) / "mnist-data"
+    data.mkdir(parents=True)
+    tar = tmp_path / "mnist.modelDir.tar"
+    tar.write_bytes(model_dir_tar(files={**FILES, "main.py": CPD_MAIN}))
+    args = (
+        "--exec-start edtPyTorch --cs-datastore-meta type=fs,data_path=mnist-data "
+        "--model-dir mnist --edt-options maxWorkers=2 --model-main main.py --epochs 2"
+    )
+    try:
+        r = client.submit(args, tar, "any-instance-group")
+        assert r.status_code == 201, r.text
+        submitted = r.json()
+        exec_id, sig = submitted["id"], submitted["sigId"]
+        assert (submitted["args"], submitted["creator"]) == (args, ALICE)
+        assert submitted["schedulerUrl"] == dl  # alice's server, where the client called
+        assert r.headers["Location"] == f"/user/{ALICE}/{DL}/execs/{exec_id}"
+
+        def record() -> dict:
+            r = cpd.get("/execs/" + exec_id)
+            r.raise_for_status()
+            return r.json()
+
+        eventually_sync(record, "RUNNING", until=lambda e: e["state"] == "RUNNING")
+        apps_url = f"{sc}/instances/{sig}/applications?state=RUNNING"
+        (app,) = eventually_sync(
+            lambda: requests.get(apps_url, auth=myauth, timeout=60).json(),
+            "one application on 2 GPUs with 2 executors",
+            until=lambda a: len(a) == 1 and a[0]["gpuslots"] == 2 and len(a[0]["executors"]) == 2,
+        )
+        assert app["driver"] == {"id": exec_id, "state": "RUNNING"}
+        assert sorted(e["id"] for e in app["executors"]) == ["1", "2"]
+        assert (app["gpumemused"]["total"], app["gpudevutil"]["total"]) == (0, 0)  # virtual
+
+        # the driver's and an executor's output, as Conductor gives them
+        logs = f"{sc}/instances/{sig}/applications/{exec_id}"
+        octet = {"Accept": "application/octet-stream"}
+        for stream in ("stdout", "stderr"):
+            driver = requests.get(
+                f"{logs}/logs/{stream}/download", auth=myauth, headers=octet, timeout=60
+            )
+            assert driver.status_code == 200
+            assert driver.headers["Content-Type"] == "application/octet-stream"
+        executor = eventually_sync(
+            lambda: requests.get(
+                f"{logs}/2/logs/stdout/download", auth=myauth, headers=octet, timeout=60
+            ),
+            "executor 2's output",
+            until=lambda r: r.status_code == 200 and "environment:" in r.text,
+        )
+        assert executor.headers["Content-Type"] == "application/octet-stream"
+    finally:
+        (data / "go").touch()  # the program holds until it exists
+    done = eventually_sync(
+        record, "done", until=lambda e: e["state"] not in ("SUBMITTED", "RUNNING")
+    )
+    assert done["state"] == "FINISHED", done
+
+    # the training log into pandas, as the tutorials read it: the ELog columns are numbers
+    log = client.get("/execs/" + exec_id + "/log").json()
+    frame = log_frame(log)
+    assert len(frame) == len(log.splitlines()) > 0
+    assert all(pd.api.types.is_numeric_dtype(frame[c]) for c in ELOG_COLUMNS), frame.dtypes
+    raw = cpd.get(f"/execs/{exec_id}/log", headers={"accept": "text/plain", "X-Auth-Token": access})
+    assert raw.text == log and raw.headers["Content-Type"].startswith("text/plain")
+    last = cpd.get(
+        f"/scheduler/applications/{exec_id}/executor/1/logs/stdout?lastlines=1000",
+        headers={"accept": "text/plain", "X-Auth-Token": access},
+    )
+    assert last.ok and "environment:" in last.text
+
+    # the result, with the size Content-Disposition announced
+    out = tmp_path / "model.zip"
+    total, got = client.download(exec_id, out)
+    assert total == got == out.stat().st_size
+    assert "model/train/model_epoch_final.pth" in zipfile.ZipFile(out).namelist()
+
+    # no credential reached a log: the service's, or the Hub's (with the users' servers')
+    logged = hub.service.log_path.read_text(errors="replace") + hub.log_path.read_text(
+        errors="replace"
+    )
+    assert token not in logged and access not in logged

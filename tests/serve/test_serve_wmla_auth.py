@@ -18,6 +18,10 @@ def test_basic_and_access_tokens_work_and_bad_ones_get_a_basic_401(service, toke
     # a POST with Basic goes through (a 404 of the exec, not a refusal)
     stop = requests.post(f"{execs}/nope/stop", auth=alice, timeout=30)
     assert stop.status_code == 404
+    # a path under WMLA's roots that names no operation: a JSON 404
+    for path in ("platform/rest/deeplearning/v1/nope", "auth/v1/nope"):
+        unknown = requests.get(f"{service.url}{path}", auth=alice, timeout=30)
+        assert unknown.status_code == 404 and "No API operation" in unknown.json()["message"]
 
     refused = [
         requests.get(f"{sc}/auth/logon", auth=("bob", tokens["alice"]), timeout=30),
