@@ -3,7 +3,7 @@ jupyter_edt extension, single-user or, under `pytest.mark.multi_user`, multi-use
 
 Each package's conftest.py holds what only its modules use; helpers that modules of several
 packages import live beside this file (jobprograms, waiting, multiuser, apidoc, archive_files,
-fakes), which pytest's `pythonpath` puts on the path."""
+fakes, wmla_program, wmlaclient), which pytest's `pythonpath` puts on the path."""
 
 from __future__ import annotations
 
