@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 from multiuser import ADMINS, TokenPerUser
 
-from jupyter_edt.launch.forkserver import ForkServer
-from jupyter_edt.launch.local import LocalLauncher
+from jupyter_edt.launch.local import LocalLauncher, warm_launchers
 
 # How long processes a test just stopped may take to end before they count as left running.
 EXIT_GRACE_S = 5.0
@@ -130,20 +129,14 @@ def warm_launcher() -> Iterator[Callable[[], LocalLauncher]]:
     torch, the runtime, dynamo, Hugging Face's GPT-2 and Trainer and Lightning (with their
     integrations): a worker starts in milliseconds instead of the seconds an interpreter takes
     to import torch and a framework. A launcher per controller."""
-    server = ForkServer(
-        warm=[
-            "torch._dynamo",
-            "transformers.models.gpt2",
-            "jupyter_edt.integrations.transformers",
-            "jupyter_edt.integrations.lightning",
-        ]
-    )
-    server.start()
-    try:
-        assert server.wait_ready(180), "the fork server did not preload"
-        yield lambda: LocalLauncher(own_session=False, forkserver=server.name)
-    finally:
-        server.stop()
+    warm = [
+        "torch._dynamo",
+        "transformers.models.gpt2",
+        "jupyter_edt.integrations.transformers",
+        "jupyter_edt.integrations.lightning",
+    ]
+    with warm_launchers(warm) as launchers:
+        yield launchers
 
 
 @pytest.fixture

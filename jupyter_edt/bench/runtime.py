@@ -149,17 +149,10 @@ def _local_launcher(cfg: argparse.Namespace) -> Iterator[Any]:
     if not cfg.quick:
         yield None
         return
-    from jupyter_edt.launch.forkserver import ForkServer
-    from jupyter_edt.launch.local import LocalLauncher
+    from jupyter_edt.launch.local import warm_launchers
 
-    server = ForkServer()
-    server.start()
-    try:
-        if not server.wait_ready(120):
-            raise RuntimeError("the fork server of the warm workers did not start")
-        yield lambda: LocalLauncher(own_session=False, forkserver=server.name)
-    finally:
-        server.stop()
+    with warm_launchers(timeout=120) as launchers:
+        yield launchers
 
 
 def _runtime_fixed(cfg: argparse.Namespace, out: Path, launcher: Any = None) -> float:
