@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import BinaryIO
 from urllib.parse import quote
 
+from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..jobs.archives import CHUNK, zip_directory
@@ -53,21 +54,24 @@ class ArtifactHandler(EDTHandler):
             self.set_header("Content-Type", "application/octet-stream")
             self.set_header("Content-Disposition", attachment(path.rsplit("/", 1)[-1]))
             self.set_header("Content-Length", str(size))
-            await self._send(f, size)
+            await send_file(self, f, size)
 
-    async def _send(self, f: BinaryIO, size: int) -> None:
-        left = size  # a file still growing is sent as large as it was when opened
-        try:
-            while left > 0:
-                data = await asyncio.to_thread(f.read, min(CHUNK, left))
-                if not data:
-                    break  # truncated meanwhile: the client sees a short body
-                left -= len(data)
-                self.write(data)
-                await self.flush()
-        except StreamClosedError:
-            return
-        self.finish()
+
+async def send_file(handler: web.RequestHandler, f: BinaryIO, size: int) -> None:
+    """Send `size` bytes of `f` and finish, each chunk read off the event loop (the headers
+    are the caller's)."""
+    left = size  # a file still growing is sent as large as it was when opened
+    try:
+        while left > 0:
+            data = await asyncio.to_thread(f.read, min(CHUNK, left))
+            if not data:
+                break  # truncated meanwhile: the client sees a short body
+            left -= len(data)
+            handler.write(data)
+            await handler.flush()
+    except StreamClosedError:
+        return
+    handler.finish()
 
 
 class ResultZipHandler(EDTHandler):

@@ -9,15 +9,16 @@ one worker's. The sigId is this server's one instance group's (``compat.wmla``);
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
 from ..compat.conductor import Conductor, UnknownExecutor, UnknownInstanceGroup
+from .artifacts import send_file
 from .base import APIError, EDTHandler, api_errors
 
 CONDUCTOR_PREFIX = "/platform/rest/conductor/v1"
-CHUNK = 1 << 16
 
 
 @contextmanager
@@ -32,7 +33,7 @@ def conductor_errors() -> Iterator[None]:
 
 
 class ConductorHandler(EDTHandler):
-    @property
+    @functools.cached_property
     def conductor(self) -> Conductor:
         return Conductor(self.service, self.host.monitor.devices)
 
@@ -60,12 +61,7 @@ class _LogDownload(ConductorHandler):
             return
         f, size = opened
         with f:
-            left = size
-            while left > 0 and (chunk := f.read(min(CHUNK, left))):
-                left -= len(chunk)
-                self.write(chunk)
-                await self.flush()
-        self.finish()
+            await send_file(self, f, size)
 
 
 class DriverLogHandler(_LogDownload):

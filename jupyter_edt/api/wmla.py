@@ -18,7 +18,7 @@ from tornado.httputil import HTTPServerRequest
 
 from ..compat.execargs import exec_query
 from ..compat.execs import Execs
-from .artifacts import ArtifactHandler
+from .artifacts import send_file
 from .base import APIError, EDTHandler, api_errors
 from .uploads import FormError, SubmitHandler, UploadForm
 
@@ -166,7 +166,7 @@ class ExecutorLogHandler(ExecsMixin, EDTHandler):
         await self.write_text_or_json(text, text_by_default=True)
 
 
-class ExecResultHandler(ExecsMixin, ArtifactHandler):
+class ExecResultHandler(ExecsMixin, EDTHandler):
     """The result zip, built whole before it is sent: clients read its exact size from the
     ``size=`` that ends Content-Disposition before the body, for a progress bar."""
 
@@ -179,7 +179,7 @@ class ExecResultHandler(ExecsMixin, ArtifactHandler):
                 "Content-Disposition", f"attachment; filename={exec_id}.zip; size={size}"
             )
             self.set_header("Content-Length", str(size))
-            await self._send(f, size)  # type: ignore[arg-type]
+            await send_file(self, f, size)  # type: ignore[arg-type]
 
 
 def _routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]:

@@ -15,6 +15,7 @@ device monitor's latest NVML reading (0 on virtual GPUs, which have no such figu
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -56,7 +57,7 @@ class Conductor:
         self.service = service
         self.devices = {d.id: d for d in devices}
 
-    @property
+    @functools.cached_property
     def sig_id(self) -> str:
         return instance_group_id(self.service.runner.jobs_dir)  # type: ignore[attr-defined]
 

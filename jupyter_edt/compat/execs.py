@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import heapq
 import os
 import re
@@ -152,7 +153,7 @@ class Execs:
         #: this server's deep-learning API as the caller reached it (``schedulerUrl``)
         self.scheduler_url = scheduler_url
 
-    @property
+    @functools.cached_property
     def sig_id(self) -> str:
         return instance_group_id(self.service.runner.jobs_dir)
 
