@@ -103,6 +103,9 @@ async def test_a_wmla_client_logs_on_follows_its_exec_and_reads_its_outputs(
     assert [a["driver"]["id"] for a in seen] == [exec_id]
     other = await run(requests.get, f"{sc}/instances/nope/applications", auth=auth)
     assert other.status_code == 404 and "nope" in other.json()["message"]
+    bad = await run(requests.get, f"{sc}/instances/{sig}/applications?state=NOPE", auth=auth)
+    assert bad.status_code == 400 and bad.json()["field"] == "state", bad.text
+    assert "'NOPE'" in bad.json()["message"]
 
     logs = f"{sc}/instances/{sig}/applications/{exec_id}"
     octet = {"Accept": "application/octet-stream"}
