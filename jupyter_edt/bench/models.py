@@ -109,10 +109,11 @@ class Setting:
     num_workers: int
     sizes: Sizes
     ddp_launcher: str = "torchrun"
+    max_gpus: int = 0  # the global batch in micro-batches; 0: the largest worker count
 
     @property
     def max_workers(self) -> int:
-        return max(self.workers)
+        return self.max_gpus or max(self.workers)
 
     def micro(self, arch: str) -> int:
         return self.sizes.resnet_micro if arch == "resnet18" else self.sizes.gpt_micro
@@ -559,7 +560,8 @@ def settings(cfg: argparse.Namespace) -> list[Setting]:
             threads = cfg.threads or threads
             nw = nw if cfg.num_workers is None else cfg.num_workers
             launcher = cfg.ddp_launcher or ("fork" if cfg.quick and device == "cpu" else launcher)
-        out.append(Setting(device, workers, threads, nw, sizes, launcher))
+        max_gpus = cfg.max_gpus if main else 0
+        out.append(Setting(device, workers, threads, nw, sizes, launcher, max_gpus or 0))
     return out
 
 
@@ -695,6 +697,13 @@ def main(argv: list[str] | None = None) -> int:
         help="how DDP's workers start (default torchrun; --quick on the CPU: fork, which "
         "imports torch and transformers once, here)",
     )
+    ap.add_argument(
+        "--max-gpus",
+        type=int,
+        default=None,
+        help="the global batch in micro-batches, as a job's max_gpus (default: the largest of "
+        "--workers); fewer workers accumulate micro-batches",
+    )
     ap.add_argument("--rounds", type=int, default=1, help="DDP/Trainer pairs per row (median)")
     ap.add_argument("--keep", help="run in this folder and keep it (logs, reports)")
     cfg = ap.parse_args(argv)
@@ -704,6 +713,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--device cuda: CUDA is not available")
         if max(cfg.workers) > torch.cuda.device_count():
             ap.error(f"--workers {cfg.workers}: {torch.cuda.device_count()} GPUs")
+    if cfg.max_gpus is not None and cfg.max_gpus < max(cfg.workers):
+        ap.error(f"--max-gpus must be at least the largest of --workers, {max(cfg.workers)}")
     if cfg.ddp_launcher == "fork" and cfg.device != "cpu":
         ap.error("--ddp-launcher fork: on the CPU only (a CUDA context does not survive a fork)")
     if cfg.seq_len is not None and not 1 <= cfg.seq_len <= program.GPT["n_positions"]:

@@ -22,10 +22,10 @@ __all__ = ["GradientBuckets"]
 class GradientBuckets:
     """The flat gradient of ``params`` and its exact sum over ``comm`` (one per ``fit``).
 
-    Per step: :meth:`start`; before each part of this worker's micro-batches :meth:`new_part`
-    (rank 0 accumulates all of them in one part, other ranks keep each separate); :meth:`arm`
-    before the step's last backward; :meth:`collect` after each backward; then the group's
-    ``reduce(..., self.exchange, ...)`` leaves the sum in :attr:`flat`.
+    Per step: :meth:`start`; for each of this worker's micro-batches :meth:`new_part` (where the
+    exchange is collective; otherwise the micro-batches accumulate in one part), then
+    :meth:`begin_round` before its backward and :meth:`collect` and :meth:`end_round` after it;
+    then the group's ``reduce(..., self.exchange, ...)`` leaves the sum in :attr:`flat`.
     """
 
     def __init__(
@@ -86,13 +86,13 @@ class GradientBuckets:
         for p in self.params:
             p.grad = None
 
-    def keep_part(self) -> torch.Tensor:
-        """A copy of the part accumulated so far, to be folded in order later."""
-        return self.flat.clone()
+    def begin_round(self, q: int) -> None:
+        """This worker's backward of round ``q`` is next (``OrderedExchange.begin_round``)."""
+        self.exchange.begin_round(q)
 
-    def arm(self, extras: list[torch.Tensor]) -> None:
-        """The step's last backward on this worker is next (see ``OrderedExchange.arm``)."""
-        self.exchange.arm(extras)
+    def end_round(self) -> None:
+        """That backward is over: the rest of its buckets go (``OrderedExchange.end_round``)."""
+        self.exchange.end_round()
 
     def collect(self) -> None:
         """After backward every gradient lives in ``flat`` (the hooks did it for parameters

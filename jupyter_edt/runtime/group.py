@@ -286,8 +286,8 @@ class _Reducer:
         """
         if grads is not None:
             grads.flush()
-        counts = [hi - lo for lo, hi in part.deal(num_micro_batches, self.world_size)]
-        rows = max(counts)
+        dealt = part.deal(num_micro_batches, self.world_size)
+        rows = max(len(js) for js in dealt)
         mine = torch.zeros(rows, aux_size, dtype=torch.float64, device=self.device)
         for i, p in enumerate(aux_parts):
             mine[i] = p
@@ -297,9 +297,8 @@ class _Reducer:
         self.wait([gathered] if gathered is not None else [])
         every = every.view(self.world_size, rows, aux_size).to(self.device)
         acc = every[0, 0].clone()
-        for r, k in enumerate(counts):
-            for i in range(1 if r == 0 else 0, k):
-                acc[:n_sum] += every[r, i, :n_sum]
+        for j in range(1, num_micro_batches):  # micro-batch j is row j // W of rank j % W
+            acc[:n_sum] += every[j % self.world_size, j // self.world_size, :n_sum]
         if aux_size > n_sum and self.world_size > 1:
             acc[n_sum:] = every[:, 0, n_sum:].amax(0)
         return acc

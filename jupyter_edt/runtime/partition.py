@@ -11,8 +11,10 @@ The rule that makes training independent of the worker count (ARCHITECTURE.md in
 - Micro-batch ``j`` of a global batch of ``G`` samples contributes its mean loss times
   ``len_j / G``; the sum over micro-batches is the mean loss over the global batch, exactly what
   one device would minimise.
-- Micro-batches are dealt to the ``W`` workers in contiguous blocks (the first ``M % W`` workers
-  get one more); workers beyond ``M`` get none and only receive the result.
+- Micro-batches are dealt to the ``W`` workers in turn: micro-batch ``j`` runs on worker ``j % W``
+  (the first ``M % W`` workers get one more); workers beyond ``M`` get none and only receive the
+  result. In turn, not in blocks, so that the workers compute micro-batches ``qW .. qW+W-1`` at
+  the same time and the order-fixed sum (``exchange.py``) folds them round by round.
 - Micro-batch ``j`` runs under the RNG seed ``micro_batch_seed(seed, epoch, step, j)``.
 """
 
@@ -66,17 +68,11 @@ def micro_batches(batch: Sequence[int], micro_batch_size: int) -> list[list[int]
     return [list(batch[i : i + m]) for i in range(0, len(batch), m)]
 
 
-def deal(num_micro_batches: int, world_size: int) -> list[tuple[int, int]]:
-    """Contiguous ``[lo, hi)`` blocks of micro-batch indices, one per rank."""
+def deal(num_micro_batches: int, world_size: int) -> list[range]:
+    """The micro-batch indices of each rank, in the order it computes them."""
     if world_size < 1:
         raise ValueError("world_size must be >= 1")
-    base, extra = divmod(num_micro_batches, world_size)
-    blocks, lo = [], 0
-    for rank in range(world_size):
-        hi = lo + base + (1 if rank < extra else 0)
-        blocks.append((lo, hi))
-        lo = hi
-    return blocks
+    return [range(r, num_micro_batches, world_size) for r in range(world_size)]
 
 
 def micro_batch_seed(seed: int, epoch: int, step: int, index: int) -> int:

@@ -419,34 +419,31 @@ class Trainer:
         st, lay, grads = self.train_state, self.layout, self.grads
         global_batch = part.global_batch(perm, st.step, self.effective_batch_size)
         mbs = part.micro_batches(global_batch, self.micro_batch_size)
-        lo, hi = part.deal(len(mbs), self.world_size)[self.rank]
+        mine = part.deal(len(mbs), self.world_size)[self.rank]
         self.model.train()
         start = [b.detach().clone() for b in self.buffers]
         self._start_buffers = start
         grads.start(len(mbs))
-        extras: list[torch.Tensor] = []
         aux_parts = []
         self._data_s = 0.0
-        for j in range(lo, hi):
-            if j > lo:
+        for q, j in enumerate(mine):
+            if q:
                 for b, b0 in zip(self.buffers, start, strict=True):
                     b.copy_(b0)
-                if self.rank > 0:  # keep each micro-batch separate to fold in order later
-                    extras.append(grads.keep_part())
-            if j == lo or self.rank > 0:
+            if q == 0 or grads.exchange.collective:  # each round's gradient goes on its own
                 grads.new_part()
             weight = len(mbs[j]) / len(global_batch)
             batch = self._read(self._train_task(st.epoch, st.step, j, mbs[j]))
             self._seed(part.micro_batch_seed(self.seed, st.epoch, st.step, j))
             with self.precision.autocast():
                 loss, metric_args = self._forward(batch)
-            if j == hi - 1:
-                grads.arm(extras)  # the last backward sends buckets as they are done
+            grads.begin_round(q)  # the backward sends buckets as they are done
             scaled = loss * weight
             if self.precision.scaler is not None:  # fp16: the summed gradient is unscaled
                 scaled = scaled * self.precision.loss_scale
             scaled.backward()
             grads.collect()
+            grads.end_round()
             aux = torch.empty(lay.size, dtype=torch.float64, device=self.device)
             aux[lay.LOSS] = loss.detach().double() * weight
             with torch.no_grad():
@@ -522,7 +519,7 @@ class Trainer:
 
     def _upcoming(self, first: Task) -> Iterator[Task]:
         """This worker's micro-batches from ``first`` on, in the order it computes them under
-        its placement now: each step's block of the global batch, each validation's block."""
+        its placement now: its share of each step's micro-batches, then of each validation's."""
         rank, world = self.rank, self.world_size
         steps = part.steps_per_epoch(self.train_size, self.effective_batch_size)
         phase, epoch, *where = first.key
@@ -533,15 +530,14 @@ class Trainer:
                 mbs = part.micro_batches(
                     part.global_batch(perm, s, self.effective_batch_size), self.micro_batch_size
                 )
-                lo, hi = part.deal(len(mbs), world)[rank]
-                for j in range(max(lo, j0) if (e, s) == (epoch, step) else lo, hi):
-                    yield self._train_task(e, s, j, mbs[j])
+                for j in part.deal(len(mbs), world)[rank]:
+                    if (e, s) != (epoch, step) or j >= j0:
+                        yield self._train_task(e, s, j, mbs[j])
             if self._validates(e):
                 mbs = part.micro_batches(range(self.test_size), self.micro_batch_size)
-                lo, hi = part.deal(len(mbs), world)[rank]
-                start = max(lo, j0) if (e, phase) == (epoch, "val") else lo
-                for j in range(start, hi):
-                    yield self._val_task(e, j, mbs[j])
+                for j in part.deal(len(mbs), world)[rank]:
+                    if (e, phase) != (epoch, "val") or j >= j0:
+                        yield self._val_task(e, j, mbs[j])
 
     def _validates(self, epoch: int) -> bool:
         return bool(self.validate_every) and (epoch + 1) % self.validate_every == 0
@@ -633,13 +629,13 @@ class Trainer:
 
     def _validate(self) -> dict[str, float]:
         mbs = part.micro_batches(range(self.test_size), self.micro_batch_size)
-        lo, hi = part.deal(len(mbs), self.world_size)[self.rank]
+        mine = part.deal(len(mbs), self.world_size)[self.rank]
         # per micro-batch: loss and metrics weighted by its samples, then the samples
         size = 2 + len(self.metrics)
         parts = []
         self.model.eval()
         with torch.no_grad():
-            for j in range(lo, hi):
+            for j in mine:
                 batch = self._read(self._val_task(self.epoch, j, mbs[j]))
                 self._seed(part.micro_batch_seed(self.seed, self.epoch, -1, j))
                 with self.precision.autocast():

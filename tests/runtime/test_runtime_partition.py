@@ -31,10 +31,12 @@ def test_epoch_covers_each_sample_once_whatever_the_world_size(
         assert [i for mb in mbs for i in mb] == gb
         assert all(len(mb) == micro for mb in mbs[:-1]) and 0 < len(mbs[-1]) <= micro
         assert abs(sum(len(mb) / len(gb) for mb in mbs) - 1.0) < 1e-12
-        blocks = part.deal(len(mbs), world)
-        assert len(blocks) == world
-        assert [j for lo, hi in blocks for j in range(lo, hi)] == list(range(len(mbs)))
-        sizes = [hi - lo for lo, hi in blocks]
+        dealt = part.deal(len(mbs), world)
+        assert len(dealt) == world
+        assert sorted(j for js in dealt for j in js) == list(range(len(mbs)))
+        # in turn: round q is micro-batches qW .. qW+W-1, one per rank
+        assert all(j % world == r for r, js in enumerate(dealt) for j in js)
+        sizes = [len(js) for js in dealt]
         assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
         seen.extend(gb)
     assert sorted(seen) == list(range(n))
@@ -58,4 +60,5 @@ def test_default_micro_batch_depends_on_max_gpus_only() -> None:
     assert part.default_micro_batch_size(12, 4) == 3
     assert part.default_micro_batch_size(13, 4) == 4
     assert part.default_micro_batch_size(5, 8) == 1
-    assert part.deal(2, 3) == [(0, 1), (1, 2), (2, 2)]
+    assert [list(js) for js in part.deal(5, 3)] == [[0, 3], [1, 4], [2]]
+    assert [list(js) for js in part.deal(2, 3)] == [[0], [1], []]

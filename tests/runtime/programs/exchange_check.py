@@ -2,8 +2,8 @@
 
 For each configuration ``{"gen", "world", "micro_batches", "bucket_bytes", "skip", "tagged"}``
 the first ``world`` workers form generation ``gen`` of a real gloo group (``ElasticGroup``) and
-sum float64 per-micro-batch gradients with ``OrderedExchange`` as the trainer does: rank 0
-accumulates its block in place from zero, the other ranks keep each micro-batch apart, and the
+sum float64 per-micro-batch gradients with ``OrderedExchange`` as the trainer does: micro-batch
+``j`` on rank ``j % W``, round by round (one rank alone accumulates in place from zero), and the
 gradient hooks are stood in for by ``grad_ready`` calls in backward order (parameter ``skip``
 never reports, like one without a gradient). ``tagged: false`` takes the path of NCCL groups
 (every transfer posted in one order, no finishing thread). Prints one JSON line per
@@ -52,21 +52,18 @@ def run(group: ElasticGroup, cfg: dict[str, int]) -> dict[str, object]:
     group.tagged = bool(cfg["tagged"])
     ex = OrderedExchange(group, flat, spans, cfg["bucket_bytes"])
     m = cfg["micro_batches"]
-    lo, hi = part.deal(m, group.world_size)[group.rank]
+    mine = part.deal(m, group.world_size)[group.rank]
     ex.start(m)
-    extras = []
-    for j in range(lo, hi):
-        if j > lo and group.rank > 0:
-            extras.append(flat.clone())
+    for q, j in enumerate(mine):
+        ex.begin_round(q)  # waits until the previous round's sums have read flat
+        if q and ex.collective:  # each round's gradient on its own, as the trainer's new_part
             flat.zero_()
-        if j == hi - 1:
-            ex.arm(extras)
         flat += gradient(j)  # what autograd's accumulation does
-        if j == hi - 1:
-            for i in reversed(range(len(SIZES))):
-                if i != cfg["skip"]:
-                    ex.grad_ready(i)
-    parts = [torch.cat([aux(j), torch.zeros(AUX - N_SUM).double()]) for j in range(lo, hi)]
+        for i in reversed(range(len(SIZES))):
+            if i != cfg["skip"]:
+                ex.grad_ready(i)
+        ex.end_round()
+    parts = [torch.cat([aux(j), torch.zeros(AUX - N_SUM).double()]) for j in mine]
     parts = parts or [torch.zeros(AUX).double()]  # a rank without a micro-batch
     parts[0][N_SUM:] = torch.tensor(control(group.rank))
     folded = group.reduce(m, ex, parts, AUX, N_SUM)
