@@ -154,3 +154,98 @@ export function describeKind(
   const label = job.restarts > 0 ? `${kind} ↻${job.restarts}` : kind;
   return { kind, label, title, fixed };
 }
+
+/** Drop the zeros that end a decimal fraction: "1.600" -> "1.6", "2.000" -> "2". */
+function trimFraction(text: string): string {
+  return text.includes('.') ? text.replace(/\.?0+$/, '') : text;
+}
+
+/**
+ * A value to `digits` significant digits, as a chart's legend, axis and the
+ * job's figures show it: 1.6e-4, 0.1667, 12.5, 3, 12346, 2.5e6. A value that
+ * is not 0 never reads "0": below 0.001 and from a million on it is written
+ * with an exponent; trailing zeros are dropped, so ticks such as 0.1 + 0.2 read
+ * "0.3".
+ */
+export function formatSignificant(value: number, digits = 4): string {
+  if (Number.isNaN(value)) {
+    return 'NaN';
+  }
+  if (!Number.isFinite(value)) {
+    return value > 0 ? '∞' : '-∞';
+  }
+  if (value === 0) {
+    return '0';
+  }
+  const abs = Math.abs(value);
+  if (abs < 1e-3 || abs >= 1e6) {
+    const [mantissa, exponent] = value.toExponential(digits - 1).split('e');
+    return `${trimFraction(mantissa)}e${Number(exponent)}`;
+  }
+  if (abs >= 10 ** digits) {
+    return String(Math.round(value));
+  }
+  return trimFraction(value.toPrecision(digits));
+}
+
+/**
+ * The labels of evenly spaced ticks: to as many significant digits as tell
+ * neighbours apart (2.301, 2.3011, 2.3012 rather than 2.301 three times),
+ * each as `formatSignificant` writes it.
+ */
+export function formatTicks(ticks: readonly number[]): string[] {
+  let step = Infinity;
+  for (let i = 1; i < ticks.length; i++) {
+    step = Math.min(step, Math.abs(ticks[i] - ticks[i - 1]));
+  }
+  const largest = Math.max(...ticks.map(Math.abs));
+  let digits = 4;
+  if (step > 0 && Number.isFinite(step) && largest > 0) {
+    const needed =
+      Math.floor(Math.log10(largest)) - Math.floor(Math.log10(step)) + 1;
+    digits = Math.min(15, Math.max(1, needed));
+  }
+  return ticks.map(value => formatSignificant(value, digits));
+}
+
+/** A count such as a step, whole, without exponent: 12345. */
+export function formatCount(value: number): string {
+  return Number.isFinite(value) ? String(Math.round(value)) : '–';
+}
+
+const MONTHS = [
+  'Jan',
+  'Feb',
+  'Mar',
+  'Apr',
+  'May',
+  'Jun',
+  'Jul',
+  'Aug',
+  'Sep',
+  'Oct',
+  'Nov',
+  'Dec'
+];
+
+/** How much of a wall time a label shows. */
+export type ClockPrecision = 'seconds' | 'minutes' | 'days';
+
+/**
+ * A wall time (seconds since the epoch) in the browser's time zone:
+ * "14:05:09", "14:05" or, for a whole day, "Mar 3".
+ */
+export function formatClock(
+  seconds: number,
+  precision: ClockPrecision = 'seconds'
+): string {
+  const date = new Date(seconds * 1000);
+  if (precision === 'days') {
+    return `${MONTHS[date.getMonth()]} ${date.getDate()}`;
+  }
+  const parts = [date.getHours(), date.getMinutes()];
+  if (precision === 'seconds') {
+    parts.push(date.getSeconds());
+  }
+  return parts.map(v => String(v).padStart(2, '0')).join(':');
+}

@@ -10,8 +10,20 @@ import {
   emetricsPoints
 } from '../charts/series';
 import type { IMetricRecord } from '../api';
-import { isLossName, isValidationName, lossSeriesSpecs } from '../charts/loss';
+import {
+  LossChart,
+  isLossName,
+  isValidationName,
+  lossSeriesSpecs
+} from '../charts/loss';
 import { withAlpha } from '../charts/chart';
+import {
+  AllocationTimeline,
+  releaseTail,
+  timelineColumns
+} from '../charts/allocation';
+import { lossChartEmptyText, timelineEmptyText } from '../charts/empty';
+import { ScalePreference } from '../charts/preference';
 import { EMETRICS } from './fixtures/emetrics';
 
 function range(n: number, start = 0): number[] {
@@ -310,5 +322,257 @@ describe('chart styling', () => {
     expect(withAlpha('#fff', 0.5)).toBe('rgba(255, 255, 255, 0.5)');
     expect(withAlpha('rgb(1, 2, 3)', 0.2)).toBe('rgba(1, 2, 3, 0.2)');
     expect(withAlpha('red', 0.2)).toBe('red');
+  });
+});
+
+describe('the GPU timeline', () => {
+  const changes = (): [number[], number[]] => [
+    [100, 110, 150],
+    [1, 2, 4]
+  ];
+
+  it('draws the counts and the maximum while the job runs', () => {
+    expect(timelineColumns(changes(), 4)).toEqual([
+      [100, 110, 150],
+      [1, 2, 4],
+      [4, 4, 4]
+    ]);
+  });
+
+  it('drops to 0 when the job releases its GPUs, and shows 0 after', () => {
+    // Finished at 200 holding 4: 4 until 200, then 0 for a while.
+    const tail = releaseTail(100, 200);
+    expect(tail).toBe(4);
+    expect(timelineColumns(changes(), 4, { time: 200 })).toEqual([
+      [100, 110, 150, 200, 204],
+      [1, 2, 4, 0, 0],
+      [4, 4, 4, 4, null]
+    ]);
+  });
+
+  it('shows 0 after a release the allocation events already recorded', () => {
+    const released: [number[], number[]] = [
+      [100, 110, 200],
+      [1, 2, 0]
+    ];
+    expect(timelineColumns(released, 2, { time: 200 })).toEqual([
+      [100, 110, 200, 204],
+      [1, 2, 0, 0],
+      [2, 2, 2, null]
+    ]);
+  });
+
+  it('releases at the last change when the finish time is unknown or earlier', () => {
+    // Released when it last changed: the drop a second later, to show both.
+    const [x, counts] = timelineColumns(changes(), 4, { time: null });
+    expect(x.slice(0, 4)).toEqual([100, 110, 150, 151]);
+    expect(x[4]).toBeCloseTo(151 + releaseTail(100, 151));
+    expect(counts).toEqual([1, 2, 4, 0, 0]);
+    expect(timelineColumns(changes(), 4, { time: 120 })[0][3]).toBe(151);
+  });
+
+  it('holds at least a second at 0', () => {
+    expect(releaseTail(100, 100)).toBe(1);
+    expect(releaseTail(0, 1000)).toBe(40);
+  });
+
+  it('stays empty without an allocation', () => {
+    expect(timelineColumns([[], []], 2, { time: 50 })).toEqual([[], [], []]);
+  });
+
+  it('goes to 0 in the chart of a finished job', () => {
+    const chart = new AllocationTimeline();
+    chart.update(changes(), 4, { time: 200 });
+    expect(chart.pointCount).toBe(5);
+    expect(chart.data[1][4]).toBe(0);
+    chart.dispose();
+  });
+});
+
+describe('empty charts', () => {
+  it('say why they are empty', () => {
+    expect(lossChartEmptyText('RUNNING')).toBe('no step yet');
+    expect(lossChartEmptyText(null)).toBe('no step yet');
+    expect(lossChartEmptyText('FAILED')).toBe('failed before its first step');
+    expect(lossChartEmptyText('CANCELLED')).toBe(
+      'cancelled before its first step'
+    );
+    expect(lossChartEmptyText('QUEUED')).toBe('no step yet: waiting for GPUs');
+    expect(timelineEmptyText('FAILED')).toBe('held no GPU');
+    expect(timelineEmptyText('RUNNING')).toBe('no GPU held yet');
+  });
+
+  it('show the reason in place of the plot until the first point', () => {
+    const chart = new LossChart({ scale: new ScalePreference() });
+    const empty = chart.node.querySelector(
+      '.jp-edt-chart-empty'
+    ) as HTMLElement;
+    expect(empty.hidden).toBe(false);
+    expect(empty.textContent).toBe('no step yet');
+    expect(chart.node.dataset.empty).toBe('true');
+    chart.setEmptyText(lossChartEmptyText('FAILED'));
+    expect(empty.textContent).toBe('failed before its first step');
+    chart.update([{ name: 'loss', x: [0], y: [2.3] }]);
+    expect(empty.hidden).toBe(true);
+    expect(chart.node.dataset.empty).toBe('false');
+    chart.dispose();
+  });
+});
+
+describe('the log scale toggle', () => {
+  function toggleOf(chart: LossChart): HTMLInputElement {
+    return chart.node.querySelector(
+      'input.jp-edt-chart-log-toggle'
+    ) as HTMLInputElement;
+  }
+
+  it('switches every loss chart that shares the preference', () => {
+    const scale = new ScalePreference();
+    const widget = new LossChart({ scale });
+    const tab = new LossChart({ scale });
+    widget.update([{ name: 'loss', x: [0, 1, 2], y: [2.3, 0.01, 1.6e-4] }]);
+    expect(widget.yScale).toBe('linear');
+    expect(toggleOf(widget).checked).toBe(false);
+
+    toggleOf(widget).checked = true;
+    toggleOf(widget).dispatchEvent(new Event('change'));
+    expect(scale.value).toBe('log');
+    expect(widget.drawnYScale).toBe('log');
+    expect(widget.node.dataset.yScale).toBe('log');
+    // The other chart follows, and its toggle says so.
+    expect(tab.yScale).toBe('log');
+    expect(toggleOf(tab).checked).toBe(true);
+
+    scale.value = 'linear';
+    expect(widget.yScale).toBe('linear');
+    expect(toggleOf(widget).checked).toBe(false);
+
+    // A disposed chart no longer follows.
+    tab.dispose();
+    scale.value = 'log';
+    expect(tab.yScale).toBe('linear');
+    widget.dispose();
+  });
+
+  it('leaves values <= 0 out of a log axis, says so, and keeps them in the data', () => {
+    const scale = new ScalePreference('log');
+    const chart = new LossChart({ scale });
+    const note = chart.node.querySelector('.jp-edt-chart-note') as HTMLElement;
+    expect(note.hidden).toBe(true);
+    chart.update([{ name: 'loss', x: [0, 1, 2, 3], y: [1, 0, -0.5, 0.01] }]);
+    expect(chart.drawnYScale).toBe('log');
+    expect(note.hidden).toBe(false);
+    expect(note.textContent).toBe('2 values ≤ 0 not drawn');
+    // The legend reads the data as given.
+    expect(chart.data[1]).toEqual([1, 0, -0.5, 0.01]);
+
+    // Nothing above 0: drawn linear, and said so.
+    chart.update([{ name: 'loss', x: [0, 1], y: [-1, -2] }]);
+    expect(chart.drawnYScale).toBe('linear');
+    expect(note.textContent).toBe('no value > 0: shown on a linear scale');
+
+    // Linear again: no note.
+    scale.value = 'linear';
+    expect(note.hidden).toBe(true);
+    chart.dispose();
+  });
+
+  it('keeps metrics on a linear axis', () => {
+    const chart = new LossChart({ scale: new ScalePreference('log') });
+    chart.update([
+      { name: 'loss', x: [0, 1], y: [1, 0.5] },
+      { name: 'val_acc', x: [1], y: [0] }
+    ]);
+    // A 0 accuracy is a metric (right axis): nothing is left out.
+    expect(chart.scaleNote).toBeNull();
+    chart.dispose();
+  });
+});
+
+describe('charts drawn by uPlot (on a stand-in canvas)', () => {
+  /** An object whose every method does nothing (a 2D context, a Path2D). */
+  function inert(): any {
+    const known: Record<string | symbol, unknown> = {
+      measureText: (text: string) => ({ width: text.length * 6 }),
+      getLineDash: () => []
+    };
+    return new Proxy(known, {
+      get: (target, key) => (key in target ? target[key] : () => undefined),
+      set: (target, key, value) => {
+        target[key] = value;
+        return true;
+      }
+    });
+  }
+
+  const getContext = HTMLCanvasElement.prototype.getContext;
+  const hadPath2D = 'Path2D' in globalThis;
+  beforeAll(() => {
+    (globalThis as any).Path2D = function Path2D() {
+      return inert();
+    };
+    HTMLCanvasElement.prototype.getContext = (() => inert()) as any;
+  });
+  afterAll(() => {
+    HTMLCanvasElement.prototype.getContext = getContext;
+    if (!hadPath2D) {
+      delete (globalThis as any).Path2D;
+    }
+  });
+
+  /** Lay the chart out 600 px wide and let uPlot draw. */
+  async function draw(chart: { node: HTMLElement; fit(): void }) {
+    document.body.appendChild(chart.node);
+    Object.defineProperty(chart.node, 'clientWidth', { value: 600 });
+    chart.fit();
+    await new Promise(resolve => setTimeout(resolve, 0)); // uPlot commits later
+  }
+
+  const axisLabels = (chart: object): (string[] | null)[] =>
+    (chart as any)._plot.axes.map((axis: any) => axis._values);
+
+  it('labels its axes and reads its latest values without a mouse', async () => {
+    const scale = new ScalePreference();
+    const chart = new LossChart({ scale });
+    chart.update([
+      { name: 'loss', x: [0, 500, 1000], y: [2.3, 0.01, 1.6e-4] },
+      { name: 'val_acc', x: [500], y: [0.8] }
+    ]);
+    await draw(chart);
+    const legend = () =>
+      [...chart.node.querySelectorAll('.u-legend .u-series')].map(row =>
+        row.textContent?.trim()
+      );
+    expect(legend()).toEqual(['step1000', 'loss1.6e-4', 'val_acc0.8']);
+    const [steps, losses] = axisLabels(chart);
+    expect(steps).toEqual(['0', '200', '400', '600', '800', '1000']);
+    expect(losses).toContain('1');
+
+    scale.value = 'log';
+    await draw(chart);
+    expect(axisLabels(chart)[1]?.[0]).toBe('1e-4');
+    expect(legend()).toEqual(['step1000', 'loss1.6e-4', 'val_acc0.8']);
+    chart.dispose();
+  });
+
+  it('labels the GPU timeline with clock times and ends at 0', async () => {
+    const start = new Date(2024, 2, 3, 14, 0, 0).getTime() / 1000;
+    const chart = new AllocationTimeline();
+    chart.update(
+      [
+        [start, start + 60],
+        [1, 2]
+      ],
+      2,
+      { time: start + 600 }
+    );
+    await draw(chart);
+    const [times, counts] = axisLabels(chart);
+    expect(times?.[0]).toBe('14:00');
+    expect(counts).toEqual(['0', '1', '2']);
+    expect(
+      chart.node.querySelector('.u-legend .u-series:nth-child(2)')?.textContent
+    ).toBe('GPUs0');
+    chart.dispose();
   });
 });

@@ -5,7 +5,11 @@ import {
   describeDrain,
   describeKind,
   formatBytes,
-  formatMemory
+  formatClock,
+  formatCount,
+  formatMemory,
+  formatSignificant,
+  formatTicks
 } from '../format';
 
 const GiB = 1024 ** 3;
@@ -193,5 +197,83 @@ describe('describeKind', () => {
     expect(describeKind(job({ restarts: 1 })).title).toMatch(
       /Restarted 1 time from/
     );
+  });
+});
+
+describe('formatSignificant', () => {
+  it.each([
+    [1.6e-4, '1.6e-4'],
+    [0.00016, '1.6e-4'],
+    [-3.25e-5, '-3.25e-5'],
+    [1 / 6, '0.1667'],
+    [0.5, '0.5'],
+    [1, '1'],
+    [12.5, '12.5'],
+    [0.001, '0.001'],
+    [1234.56, '1235'],
+    [12345.6, '12346'],
+    [2.5e6, '2.5e6'],
+    [0.1 + 0.2, '0.3'],
+    [0, '0'],
+    [-0, '0']
+  ])('formats %p as %s', (value, text) => {
+    expect(formatSignificant(value)).toBe(text);
+  });
+
+  it('never reads "0" for a value that is not 0, and reads back close', () => {
+    for (let power = -300; power <= 300; power += 7) {
+      for (const mantissa of [1, 1.6, -4.321, 9.99949]) {
+        const value = mantissa * 10 ** power;
+        const text = formatSignificant(value);
+        expect(text).not.toBe('0');
+        expect(Math.abs(Number(text) - value)).toBeLessThanOrEqual(
+          Math.abs(value) * 5e-4
+        );
+      }
+    }
+  });
+
+  it('takes the number of digits', () => {
+    expect(formatSignificant(Math.PI, 2)).toBe('3.1');
+    expect(formatSignificant(Math.PI * 1e-6, 6)).toBe('3.14159e-6');
+  });
+
+  it('says what is not a number', () => {
+    expect(formatSignificant(Number.NaN)).toBe('NaN');
+    expect(formatSignificant(Infinity)).toBe('∞');
+    expect(formatSignificant(-Infinity)).toBe('-∞');
+  });
+});
+
+describe('formatTicks', () => {
+  it('gives ticks the digits that tell them apart', () => {
+    expect(formatTicks([2.301, 2.3011, 2.3012])).toEqual([
+      '2.301',
+      '2.3011',
+      '2.3012'
+    ]);
+    expect(formatTicks([0, 1e-4, 2e-4])).toEqual(['0', '1e-4', '2e-4']);
+    expect(formatTicks([0.25, 0.3, 0.35])).toEqual(['0.25', '0.3', '0.35']);
+    expect(formatTicks([1000, 1200, 1400])).toEqual(['1000', '1200', '1400']);
+    expect(formatTicks([1e6, 1.2e6])).toEqual(['1e6', '1.2e6']);
+    expect(formatTicks([5])).toEqual(['5']);
+    expect(formatTicks([])).toEqual([]);
+  });
+});
+
+describe('formatCount', () => {
+  it('writes a step whole, without exponent', () => {
+    expect(formatCount(1234567)).toBe('1234567');
+    expect(formatCount(2.4)).toBe('2');
+    expect(formatCount(Number.NaN)).toBe('–');
+  });
+});
+
+describe('formatClock', () => {
+  it('writes a wall time in the browser time zone', () => {
+    const time = new Date(2024, 2, 3, 14, 5, 9).getTime() / 1000;
+    expect(formatClock(time)).toBe('14:05:09');
+    expect(formatClock(time, 'minutes')).toBe('14:05');
+    expect(formatClock(time, 'days')).toBe('Mar 3');
   });
 });

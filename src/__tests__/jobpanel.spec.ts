@@ -290,3 +290,59 @@ describe('JobPanel of a WMLA program', () => {
     controller.dispose();
   });
 });
+
+describe('JobPanel of a job that failed before its first step', () => {
+  it('says so in its empty chart, and its GPUs drop to 0', async () => {
+    const failed: IJobInfo = {
+      ...JOB,
+      state: 'FAILED',
+      reason: 'exit code 1',
+      devices: [],
+      updated: 150,
+      finished: 150
+    };
+    let live: ISocketLike | null = null;
+    const controller = new JobController({
+      jobId: JOB.id,
+      api: {
+        ...api([]),
+        getJob: async () => ({ ...failed }),
+        getMetrics: async (_id, after) => ({ metrics: [], cursor: after })
+      },
+      connect: () => (live = socket()),
+      stream: { silenceTimeout: 0 }
+    });
+    const panel = new JobPanel({
+      controller,
+      confirmCancel: async () => false
+    });
+    document.body.appendChild(panel.node);
+    await controller.start();
+    // The feed replays its allocation (2 GPUs at 100), not its end.
+    expect(live).not.toBeNull();
+    (live as unknown as ISocketLike).onmessage?.({
+      data: JSON.stringify({
+        id: 1,
+        job_id: JOB.id,
+        time: 100,
+        kind: 'allocation',
+        devices: ['gpu0', 'gpu1']
+      })
+    });
+    panel.render();
+
+    const empty = panel.lossChart.node.querySelector(
+      '.jp-edt-chart-empty'
+    ) as HTMLElement;
+    expect(empty.hidden).toBe(false);
+    expect(empty.textContent).toBe('failed before its first step');
+    // 2 GPUs from 100 until it failed at 150, then 0.
+    const [x, counts] = panel.timeline.data;
+    expect(x.slice(0, 2)).toEqual([100, 150]);
+    expect(counts).toEqual([2, 0, 0]);
+    expect(x[2]).toBeGreaterThan(150);
+
+    panel.dispose();
+    controller.dispose();
+  });
+});

@@ -6,9 +6,25 @@
  * widget or panel it sits in), redraws at most once per animation frame however
  * often data arrives, and takes its colours from JupyterLab's CSS variables,
  * rebuilding the plot when the theme changes (light/dark).
+ *
+ * Its axes have nice ticks and labels (steps, wall times, values to
+ * significant digits); its legend shows the latest values until hovered; its
+ * left axis may be log (values <= 0 are left out, and said so); and while it
+ * has no point it says why instead of showing a blank area. The options
+ * themselves are built in plotoptions.ts, from pure geometry (ticks.ts,
+ * scale.ts, legend.ts).
  */
 import uPlot from 'uplot';
 
+import { latestIndices } from './legend';
+import { plotOptions } from './plotoptions';
+import {
+  drawnScale,
+  logColumns,
+  logScaleNote,
+  type ILogColumns,
+  type ScaleKind
+} from './scale';
 import type { AlignedColumns } from './series';
 
 /** How one series is drawn. */
@@ -31,24 +47,33 @@ export interface ISeriesSpec {
   fill?: boolean;
 }
 
+/** What the x values are: steps (whole numbers), wall times (seconds since the epoch), or numbers. */
+export type XKind = 'step' | 'time' | 'number';
+
 /** What a chart shows. */
 export interface IChartOptions {
   /** Series after the x values, in the order of the data's columns. */
   series: ISeriesSpec[];
+  /** What the x values are (default numbers): their ticks and labels follow. */
+  xKind?: XKind;
   /** Label of the x axis. */
   xLabel?: string;
   /** Label of the left y axis. */
   yLabel?: string;
   /** Label of the right y axis; shown when a series uses `y2`. */
   y2Label?: string;
-  /** The x values are times in seconds since the epoch. */
-  time?: boolean;
+  /** The left y axis' scale (default linear); values <= 0 are gaps on a log one. */
+  yScale?: ScaleKind;
+  /** The left y axis holds whole numbers (GPU counts): whole ticks only. */
+  yInteger?: boolean;
   /** Height in pixels (default 200). */
   height?: number;
-  /** Fixed range of the left y axis, e.g. [0, max] for counts. */
+  /** Fixed range of the left y axis, e.g. [0, max] for counts (linear scale). */
   yRange?: (min: number, max: number) => [number, number];
   /** Accessible name of the chart. */
   ariaLabel?: string;
+  /** What the chart says while it has no point (default "no data yet"). */
+  emptyText?: string;
 }
 
 /** Resolve a CSS variable on `node` (or return a literal colour as given). */
@@ -91,18 +116,26 @@ export function withAlpha(color: string, alpha: number): string {
 
 const DEFAULT_HEIGHT = 200;
 
+/** What an empty chart says when its owner says nothing more precise. */
+const DEFAULT_EMPTY_TEXT = 'no data yet';
+
 /** A streaming uPlot chart in its own DOM node. */
 export class StreamingChart {
   constructor(options: IChartOptions) {
     this._options = options;
     this.node = document.createElement('div');
     this.node.className = 'jp-edt-chart';
-    this.node.setAttribute('role', 'img');
+    // A figure, not an image: its legend, empty text and toggles are read.
+    this.node.setAttribute('role', 'figure');
     if (options.ariaLabel) {
       this.node.setAttribute('aria-label', options.ariaLabel);
     }
     this.node.dataset.points = '0';
-    this._data = [[], ...options.series.map(() => [])] as AlignedColumns;
+    this._emptyNode = document.createElement('div');
+    this._emptyNode.className = 'jp-edt-chart-empty';
+    this.node.append(this._emptyNode);
+    this._emptyText = options.emptyText ?? DEFAULT_EMPTY_TEXT;
+    this._setColumns([[], ...options.series.map(() => [])] as AlignedColumns);
 
     if (typeof ResizeObserver !== 'undefined') {
       this._resizeObserver = new ResizeObserver(() => this._fit());
@@ -135,7 +168,7 @@ export class StreamingChart {
       return;
     }
     this._options = { ...this._options, series };
-    this._data = [[], ...series.map(() => [])] as AlignedColumns;
+    this._setColumns([[], ...series.map(() => [])] as AlignedColumns);
     this._rebuild();
   }
 
@@ -144,9 +177,52 @@ export class StreamingChart {
     return this._data[0].length;
   }
 
-  /** The current data. */
+  /** The current data, as given. */
   get data(): AlignedColumns {
     return this._data;
+  }
+
+  /** The scale the left y axis asks for (`IChartOptions.yScale`). */
+  get yScale(): ScaleKind {
+    return this._options.yScale ?? 'linear';
+  }
+
+  /**
+   * The scale it is drawn with: linear while a log one has no value > 0 to
+   * place (also in the node's `data-y-scale`).
+   */
+  get drawnYScale(): ScaleKind {
+    return drawnScale(this.yScale, this._log?.drawn ?? 0);
+  }
+
+  /** What a log scale leaves out (values <= 0), in words; null when nothing. */
+  get scaleNote(): string | null {
+    return this._log
+      ? logScaleNote(this.yScale, this._log.drawn, this._log.hidden)
+      : null;
+  }
+
+  /** Ask for a linear or a log left y axis; the plot is rebuilt when it changes. */
+  setYScale(scale: ScaleKind): void {
+    if (scale === this.yScale) {
+      return;
+    }
+    this._options = { ...this._options, yScale: scale };
+    this._setColumns(this._data);
+    this._rebuild();
+  }
+
+  /** What the chart says while it has no point. */
+  get emptyText(): string {
+    return this._emptyText;
+  }
+
+  /** Say why the chart is empty (e.g. "failed before its first step"). */
+  setEmptyText(text: string): void {
+    if (text !== this._emptyText) {
+      this._emptyText = text;
+      this._showEmpty();
+    }
   }
 
   get isDisposed(): boolean {
@@ -158,8 +234,11 @@ export class StreamingChart {
     if (this._disposed) {
       return;
     }
-    this._data = data;
-    this.node.dataset.points = String(data[0].length);
+    const drawn = this.drawnYScale;
+    this._setColumns(data);
+    if (this.drawnYScale !== drawn) {
+      this._rebuild(); // a log scale got its first value > 0, or lost it
+    }
     this._scheduleDraw();
   }
 
@@ -183,6 +262,33 @@ export class StreamingChart {
     this.node.remove();
   }
 
+  /** Take new data: what the plot draws, what the legend reads, the empty text. */
+  private _setColumns(data: AlignedColumns): void {
+    this._data = data;
+    this._latest = latestIndices(data);
+    if (this.yScale === 'log') {
+      const onAxis = this._options.series.map(s => (s.scale ?? 'y') === 'y');
+      this._log = logColumns(data, onAxis);
+    } else {
+      this._log = null;
+    }
+    this._drawn =
+      this._log && this.drawnYScale === 'log' ? this._log.columns : data;
+    this.node.dataset.points = String(data[0].length);
+    this.node.dataset.yScale = this.drawnYScale;
+    this._showEmpty();
+  }
+
+  private _showEmpty(): void {
+    const empty = this._data[0].length === 0;
+    const text = empty ? this._emptyText : '';
+    if (this._emptyNode.textContent !== text) {
+      this._emptyNode.textContent = text;
+    }
+    this._emptyNode.hidden = !empty;
+    this.node.dataset.empty = String(empty);
+  }
+
   private _scheduleDraw(): void {
     if (this._frame !== null) {
       return;
@@ -203,7 +309,7 @@ export class StreamingChart {
       return;
     }
     if (this._plot) {
-      this._plot.setData(this._data as uPlot.AlignedData);
+      this._plot.setData(this._drawn as uPlot.AlignedData);
     } else {
       this._fit();
     }
@@ -222,7 +328,7 @@ export class StreamingChart {
     if (!this._plot) {
       this._plot = new uPlot(
         this._plotOptions(width, height),
-        this._data as uPlot.AlignedData,
+        this._drawn as uPlot.AlignedData,
         this.node
       );
     } else if (this._plot.width !== width || this._plot.height !== height) {
@@ -243,84 +349,37 @@ export class StreamingChart {
     const node = this.node;
     const color = (value: string, fallback: string) =>
       cssColor(node, value, fallback);
-    const text = color('--jp-ui-font-color2', '#616161');
-    const grid = color('--jp-border-color2', '#e0e0e0');
     const fontFamily = color(
       '--jp-ui-font-family',
       'system-ui, -apple-system, sans-serif'
     );
-    const font = `11px ${fontFamily}`;
-    const axis = (label: string | undefined, scale?: string): uPlot.Axis => ({
-      scale,
-      label,
-      stroke: text,
-      font,
-      labelFont: font,
-      labelSize: label ? 18 : 0,
-      grid: { stroke: grid, width: 1 },
-      ticks: { stroke: grid, width: 1 }
-    });
-
-    const hasY2 = this.options.series.some(s => s.scale === 'y2');
-    const axes: uPlot.Axis[] = [
-      axis(this.options.xLabel),
-      axis(this.options.yLabel, 'y')
-    ];
-    if (hasY2) {
-      axes.push({
-        ...axis(this.options.y2Label, 'y2'),
-        side: 1,
-        grid: { show: false }
-      });
-    }
-
-    const stepped = uPlot.paths.stepped
-      ? uPlot.paths.stepped({ align: 1 })
-      : undefined;
-    const series: uPlot.Series[] = [
-      { label: this.options.xLabel ?? (this.options.time ? 'time' : 'x') },
-      ...this.options.series.map((spec, index): uPlot.Series => {
-        const stroke = color(spec.color, FALLBACK_COLORS[index % 6]);
-        return {
-          label: spec.label,
-          scale: spec.scale ?? 'y',
-          stroke,
-          width: spec.width ?? 1.5,
-          dash: spec.dash,
-          fill: spec.fill ? withAlpha(stroke, 0.15) : undefined,
-          spanGaps: true,
-          paths: spec.stepped ? stepped : undefined,
-          points: spec.points
-            ? { show: true, size: 6, stroke, fill: stroke }
-            : { show: false }
-        };
-      })
-    ];
-
-    const yRange = this.options.yRange;
-    const scales: uPlot.Scales = {
-      x: { time: this.options.time ?? false },
-      y: yRange
-        ? { range: (_self, min, max) => yRange(min, max) }
-        : { auto: true }
-    };
-    if (hasY2) {
-      scales.y2 = { auto: true };
-    }
-
-    return {
+    return plotOptions({
+      options: this.options,
       width,
       height,
-      scales,
-      axes,
-      series,
-      legend: { show: true, live: true },
-      cursor: { drag: { x: true, y: false } }
-    };
+      theme: {
+        text: color('--jp-ui-font-color2', '#616161'),
+        grid: color('--jp-border-color2', '#e0e0e0'),
+        font: `11px ${fontFamily}`,
+        strokes: this.options.series.map((spec, index) =>
+          color(spec.color, FALLBACK_COLORS[index % FALLBACK_COLORS.length])
+        )
+      },
+      yScale: this.drawnYScale,
+      values: () => this._data,
+      latest: () => this._latest,
+      translucent: withAlpha
+    });
   }
 
   private _options: IChartOptions;
-  private _data: AlignedColumns;
+  private _data!: AlignedColumns;
+  /** What uPlot draws: the data, with a log axis' values <= 0 as gaps. */
+  private _drawn!: AlignedColumns;
+  private _latest: (number | null)[] = [];
+  private _log: ILogColumns | null = null;
+  private _emptyText: string;
+  private readonly _emptyNode: HTMLDivElement;
   private _plot: uPlot | null = null;
   private _frame: number | null = null;
   private _disposed = false;

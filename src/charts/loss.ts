@@ -2,9 +2,14 @@
  * The loss chart: train loss per step, validation loss and metrics per epoch,
  * and a WMLA program's emetrics (`train/<name>`, `test/<name>`) by iteration,
  * on the same step axis (metrics other than losses on a right-hand axis).
- * Used by the job widget and by the standalone `LossChart` widget.
+ * Used by the job widget and by the standalone `LossChart` widget. The loss
+ * axis may be log: every loss chart follows one shared choice (preference.ts).
  */
+import { el } from '../dom';
 import { StreamingChart, type ISeriesSpec } from './chart';
+import { lossChartEmptyText } from './empty';
+import { lossScale, type ScalePreference } from './preference';
+import type { ScaleKind } from './scale';
 import { alignSeries, type INamedSeries } from './series';
 
 /**
@@ -79,25 +84,77 @@ export interface ILossChartOptions {
   height?: number;
   /** Label of the x axis (default "step"). */
   xLabel?: string;
+  /**
+   * The scale the chart follows and its toggle sets; by default the one every
+   * loss chart shares (`lossScale`, kept in the settings).
+   */
+  scale?: ScalePreference;
 }
 
-/** A chart of named loss and metric series over steps. */
+/**
+ * A chart of named loss and metric series over steps, with a "log scale"
+ * toggle for the loss axis (the metrics' axis stays linear).
+ */
 export class LossChart extends StreamingChart {
   constructor(options: ILossChartOptions = {}) {
+    const scale = options.scale ?? lossScale;
     super({
       series: [],
+      xKind: 'step',
       xLabel: options.xLabel ?? 'step',
       yLabel: 'loss',
       y2Label: 'metric',
+      yScale: scale.value,
       height: options.height ?? 220,
-      ariaLabel: 'Loss chart'
+      ariaLabel: 'Loss chart',
+      emptyText: lossChartEmptyText(null)
     });
     this.node.classList.add('jp-edt-loss-chart');
+    this._scale = scale;
+
+    const toolbar = el('div', 'jp-edt-chart-toolbar');
+    const toggle = el('label', 'jp-edt-chart-scale-toggle');
+    toggle.title =
+      'Draw the loss on a log axis (every loss chart follows, and it is remembered)';
+    this._logToggle = el('input', 'jp-edt-chart-log-toggle');
+    this._logToggle.type = 'checkbox';
+    this._logToggle.checked = scale.value === 'log';
+    this._logToggle.addEventListener('change', () => {
+      this._scale.value = this._logToggle.checked ? 'log' : 'linear';
+    });
+    toggle.append(this._logToggle, document.createTextNode(' log scale'));
+    this._note = el('span', 'jp-edt-chart-note');
+    toolbar.append(this._note, toggle);
+    this.node.prepend(toolbar);
+    this._showNote();
+    scale.changed.connect(this._onScaleChanged, this);
   }
 
   /** Show these series (their names give their style). */
   update(series: readonly INamedSeries[]): void {
     this.setSeries(lossSeriesSpecs(series.map(s => s.name)));
     this.setData(alignSeries(series));
+    this._showNote();
   }
+
+  dispose(): void {
+    this._scale.changed.disconnect(this._onScaleChanged, this);
+    super.dispose();
+  }
+
+  private _onScaleChanged(_: ScalePreference, value: ScaleKind): void {
+    this._logToggle.checked = value === 'log';
+    this.setYScale(value);
+    this._showNote();
+  }
+
+  private _showNote(): void {
+    const note = this.scaleNote;
+    this._note.textContent = note ?? '';
+    this._note.hidden = note === null;
+  }
+
+  private readonly _scale: ScalePreference;
+  private readonly _logToggle: HTMLInputElement;
+  private readonly _note: HTMLSpanElement;
 }

@@ -41,10 +41,11 @@ export function UtilizationHistory(props: { device: Device }): JSX.Element {
       series: [
         { label: 'utilisation %', color: '--jp-brand-color1', fill: true }
       ],
-      time: true,
+      xKind: 'time',
       height: 70,
       yRange: () => [0, 100],
-      ariaLabel: 'Utilisation history'
+      ariaLabel: 'Utilisation history',
+      emptyText: 'no utilisation reading yet'
     });
     chart.current = instance;
     host.current?.appendChild(instance.node);

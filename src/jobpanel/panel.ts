@@ -8,6 +8,7 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Poll } from '@lumino/polling';
 
 import { AllocationTimeline } from '../charts/allocation';
+import { lossChartEmptyText, timelineEmptyText } from '../charts/empty';
 import { LossChart } from '../charts/loss';
 import type { IProgress } from '../charts/series';
 import { el } from '../dom';
@@ -129,7 +130,7 @@ export class JobPanel {
     // Charts.
     const charts = el('div', 'jp-edt-job-charts');
     this.lossChart = new LossChart({ height: 220 });
-    this.timeline = new AllocationTimeline({ height: 110 });
+    this.timeline = new AllocationTimeline({ height: 130 });
     charts.append(this.lossChart.node, this.timeline.node);
 
     // Controls.
@@ -284,12 +285,17 @@ export class JobPanel {
 
     const series = c.loss.series();
     this.lossChart.update(series);
-    const until = job
-      ? c.done
-        ? (job.finished ?? null)
-        : Date.now() / 1000
-      : null;
-    this.timeline.update(c.allocation.columns(until), job?.max_gpus ?? null);
+    const state = job?.state ?? null;
+    this.lossChart.setEmptyText(lossChartEmptyText(state));
+    this.timeline.setEmptyText(timelineEmptyText(state));
+    // A running job holds its GPUs until now; a finished one released them.
+    const done = job !== null && c.done;
+    const until = job && !done ? Date.now() / 1000 : null;
+    this.timeline.update(
+      c.allocation.columns(until),
+      job?.max_gpus ?? null,
+      done ? { time: job.finished ?? null } : null
+    );
     this.node.dataset.points = String(c.loss.train.length);
     this.node.dataset.series = series
       .filter(s => s.x.length > 0)

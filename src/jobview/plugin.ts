@@ -21,7 +21,7 @@ import {
 } from '../api';
 import { edtIcon } from '../icons';
 import { addMainTab } from '../shell';
-import { DEFAULT_SETTINGS, watchSettings } from '../settings';
+import { DEFAULT_SETTINGS, keepLossScale, watchSettings } from '../settings';
 import { JobsModel } from '../jobs/model';
 import { CommandIDs, IEdtJobs } from '../tokens';
 import { JobDetail } from './detail';
@@ -51,6 +51,9 @@ export const jobsPlugin: JupyterFrontEndPlugin<IEdtJobs> = {
     void watchSettings(registry, settings => {
       maxChartPoints = settings.maxChartPoints;
     });
+    // Every loss chart's log toggle (job tabs and notebook widgets alike) is
+    // kept in the settings, once for the page.
+    void keepLossScale(registry);
 
     const model = new JobsModel({
       listJobs: () => listJobs([], serverSettings),

@@ -4,6 +4,7 @@
  * restart job's workers. Pure, tested on its own.
  */
 import type { JobKind } from '../api';
+import { formatClock } from '../format';
 
 /** One change of a job's GPU count. */
 export interface IAllocationChange {
@@ -124,8 +125,5 @@ export function describeChange(change: IAllocationChange): string {
 
 /** A local clock time, HH:MM:SS. */
 export function clockTime(seconds: number): string {
-  const date = new Date(seconds * 1000);
-  return [date.getHours(), date.getMinutes(), date.getSeconds()]
-    .map(v => String(v).padStart(2, '0'))
-    .join(':');
+  return formatClock(seconds, 'seconds');
 }

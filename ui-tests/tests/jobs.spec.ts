@@ -345,6 +345,7 @@ test('the settings schema is served and read by the extension', async ({
   expect(response.status()).toBe(200);
   const body = await response.json();
   expect(Object.keys(body.schema.properties).sort()).toEqual([
+    'lossScale',
     'maxChartPoints',
     'notifications',
     'showAllUsers'
