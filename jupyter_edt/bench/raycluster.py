@@ -43,7 +43,8 @@ class RayCluster:
     nodes: list[Any] = field(default_factory=list)
 
     def add_node(self, gpus: int = 2) -> Any:
-        node = self.cluster.add_node(**_node_args(gpus))
+        with _own_signal_handlers():
+            node = self.cluster.add_node(**_node_args(gpus))
         self.cluster.wait_for_nodes()
         self.nodes.append(node)
         return node
@@ -73,6 +74,22 @@ class RayCluster:
         return node.node_id
 
 
+@contextmanager
+def _own_signal_handlers() -> Iterator[None]:
+    """Ray's in-process nodes take SIGTERM and SIGINT (to drain the node) as they start: given
+    back at once, so that a later SIGTERM (a program's restart, in a test that shares the
+    process with a cluster) is the process's own and drains no node."""
+    sigs = (signal.SIGTERM, signal.SIGINT)
+    handlers = {sig: signal.getsignal(sig) for sig in sigs}
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
+
+
 def _node_args(gpus: int) -> dict[str, Any]:
     return {
         "num_cpus": 2,
@@ -90,13 +107,11 @@ def ray_cluster(nodes: int = 2, gpus_per_node: int = 2) -> Iterator[RayCluster]:
 
     tmpdir = tempfile.mkdtemp(prefix="edt-ray-")
     previous = os.environ.get("RAY_TMPDIR")
-    # Ray's head node takes SIGTERM and SIGINT in this process (to drain the node): given back
-    # after, so that a later SIGTERM (a program's restart, in a test) is the process's own
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     os.environ["RAY_TMPDIR"] = tmpdir
     os.mkdir(os.path.join(tmpdir, "ray"))  # where Ray writes the current cluster's address
     head = {**_node_args(0), "_system_config": FAST_HEALTH_CHECKS}
-    cluster = Cluster(initialize_head=True, head_node_args=head)
+    with _own_signal_handlers():
+        cluster = Cluster(initialize_head=True, head_node_args=head)
     running = RayCluster(cluster, cluster.address, tmpdir)
     try:
         for _ in range(nodes):
@@ -112,9 +127,6 @@ def ray_cluster(nodes: int = 2, gpus_per_node: int = 2) -> Iterator[RayCluster]:
             os.environ.pop("RAY_TMPDIR", None)
         else:
             os.environ["RAY_TMPDIR"] = previous
-        for sig, handler in handlers.items():
-            if handler is not None and threading.current_thread() is threading.main_thread():
-                signal.signal(sig, handler)
 
 
 def _tree(root: int) -> set[int]:
