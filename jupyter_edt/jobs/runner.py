@@ -369,7 +369,9 @@ class DriverRunner:
             if code == 0:
                 await service.job_exited(job_id, True, "finished")
             elif status.get("state") == "failed" and status.get("error"):
-                await service.job_exited(job_id, False, f"exit code {code}: {status['error']}")
+                # the program's error as the driver put it (runtime/failures.py), whole: the
+                # driver's own exit code says only that training failed
+                await service.job_exited(job_id, False, str(status["error"]))
             else:
                 await self.launcher.stop(handle, grace=0)  # its orphaned workers
                 stderr = _tail_text(log_paths(d.logs, DRIVER)[1], limit=800)

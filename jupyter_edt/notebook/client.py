@@ -37,12 +37,14 @@ from typing import Any, BinaryIO, TextIO
 
 from ..jobs.models import ENV_NAME, RESERVED_ENV
 from ..runtime.submission import FIT_OPTION_ENV
+from ..runtime.tracebacks import fold_logs
 from .discovery import ENV_TOKEN, ENV_URL, HOW_TO_CONFIGURE, find_server, normalize_url
 from .errors import (
     BadRequest,
     Conflict,
     EDTError,
     Forbidden,
+    JobFailed,
     NoSuchArtifact,
     NoSuchJob,
     ServerUnreachable,
@@ -60,6 +62,9 @@ from .transfer import (
 
 API = "edt/api/v1/"
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+#: Lines read from the end of each log for a failure's report: a whole traceback, with torch's
+#: frames and their ``[rank0]: `` prefixes.
+LOG_LINES = 200
 # Where the runtime's Trainer saves the final state dict, inside the job's result directory.
 MODEL_PATH = "model/model_epoch_final.pth"
 
@@ -119,19 +124,20 @@ def parse_env_pairs(pairs: Iterable[str | Iterable[str]] | None) -> dict[str, st
     return env
 
 
-def failure_report(job: Job, tail: int = 20) -> str:
-    """Why a job failed, with the end of each non-empty log: what a user needs to fix the
-    program. The reason's first line heads it; the logs (which the rest of a reason usually
-    repeats) follow."""
+def failure_report(job: Job, tail: int = LOG_LINES, output_lines: int = 10) -> str:
+    """Why a job failed, and what of its logs a user needs to fix the program: the reason's
+    first line heads it; then each distinct traceback once, with the workers that raised it,
+    their own frames shown and the framework's folded (``runtime.tracebacks.fold_logs``); then
+    the last `output_lines` lines each log printed besides. `tail`: the lines read per log."""
     first, _, rest = (job.reason or "no reason given").partition("\n")
     lines = [f"Job {job.id} ({job.name or 'unnamed'}) {job.state}: {first}"]
     try:
         logs = {name: job._log(name, tail=tail)["text"] for name in job.log_names()}
     except EDTError as err:
         logs, rest = {}, f"{rest}\n(its logs could not be read: {err})".strip()
-    shown = [f"==> {name} <==\n{text.rstrip()}" for name, text in logs.items() if text.strip()]
-    if shown:
-        lines += ["", f"The last {tail} lines of its logs:", *shown]
+    folded = fold_logs(logs, output_lines=output_lines)
+    if folded:
+        lines += ["", "The end of its logs:", folded]
     elif rest:
         lines.append(rest)
     return "\n".join(lines)
@@ -486,8 +492,10 @@ class Job:
         progress: bool = True,
         poll_interval: float = 1.0,
         stream: TextIO | None = None,
+        check: bool = False,
     ) -> Job:
-        """Block until the job finishes; returns it (check ``state``: a FAILED job returns too).
+        """Block until the job finishes; returns it. A FAILED job returns too, unless `check`:
+        then it raises :class:`JobFailed` (see :meth:`check`).
 
         With `progress`, a line shows state, GPUs, epoch, step and loss, redrawn in place in a
         notebook or terminal. Interrupting (Ctrl-C, the notebook's stop button) stops waiting,
@@ -515,6 +523,14 @@ class Job:
         finally:
             if bar is not None:
                 bar.close(format_line(self, tracker, bar.elapsed))
+        return self.check() if check else self
+
+    def check(self) -> Job:
+        """Raise :class:`JobFailed` if the job FAILED (as of the last call that returned it):
+        its message is the job's reason, its report adds the folded tracebacks and the end of
+        the logs. Returns the job otherwise, as ``job.wait().check()`` reads."""
+        if self.state == "FAILED":
+            raise JobFailed(self, failure_report(self))
         return self
 
     def _track(self, tracker: MetricsTracker) -> None:

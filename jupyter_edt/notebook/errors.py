@@ -76,3 +76,23 @@ class WaitTimeout(EDTError, TimeoutError):
             "(job.cancel() stops it)."
         )
         self.job = job
+
+
+class JobFailed(EDTError, RuntimeError):
+    """The job ended FAILED. Its message is the job's reason (the program's exception, the
+    user's frame, the workers that raised it); ``job`` is the failed job and ``report`` adds
+    the folded tracebacks and the end of its logs (``client.failure_report``), which a
+    notebook shows in place of a traceback of the client's own frames."""
+
+    def __init__(self, job: Any, report: str | None = None) -> None:
+        super().__init__(job.reason or f"Job {job.id} failed without a reason.")
+        self.job = job
+        self.report = report if report is not None else str(self)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it (its hook for errors from elsewhere, which ipyparallel's
+        remote errors use too): the report, not the client's frames that raised it."""
+        return self.report.splitlines()

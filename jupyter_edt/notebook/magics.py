@@ -7,7 +7,10 @@ Load them with ``%load_ext jupyter_edt``. The magics find the Jupyter server by 
 :class:`~.widgets.JobWidget` in a notebook, the ``Job`` handle in a terminal. Nothing is
 half-submitted: the options are checked, the cell is compiled and the server is found before the
 one request that submits; any failure is shown as a short ``UsageError`` in the cell's output,
-without a traceback, and leaves no job behind.
+without a traceback, and leaves no job behind. With ``--wait``, a job that fails raises the
+client's :class:`~.errors.JobFailed`, whose message is the job's reason (the program's
+exception, its frame and the workers that raised it); the cell shows the reason, then each
+distinct traceback once with the framework's frames folded, and the end of the logs.
 
 The cell runs as a plain Python program (``main.py``) in the job's processes, not in this
 kernel: it cannot see this kernel's variables, and IPython syntax (``%magics``, ``!commands``)
@@ -50,8 +53,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .client import EDTClient, Job, failure_report
-from .errors import BadRequest, EDTError
+from .client import EDTClient, Job
+from .errors import BadRequest, EDTError, JobFailed
 from .submit_options import SUBMIT_OPTIONS, job_options, submit_option_error
 from .table import JobTable
 
@@ -70,6 +73,8 @@ def _usage_errors(method: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
+        except JobFailed:
+            raise  # the job's own failure: IPython shows its report (`JobFailed`)
         except BadRequest as err:
             option = OPTION_OF_FIELD.get(err.field or "", err.field)
             where = f"{option}: " if option else ""
@@ -193,8 +198,7 @@ class EDTMagics(Magics):
         except KeyboardInterrupt:
             print(f"Stopped waiting; job {job.id} keeps running (%edt_cancel {job.id} stops it).")
             return self.view(job)
-        if job.state == "FAILED":
-            raise UsageError(failure_report(job))
+        job.check()  # a failure raises JobFailed: its reason, then its folded tracebacks
         return self.view(job)
 
     # -- %edt_jobs, %edt_cancel -----------------------------------------------------------------

@@ -17,6 +17,9 @@ from typing import Any, TextIO
 
 from ..runtime.submission import EPOCHS_ENV
 
+#: The most of a failed job's reason the line shows: the whole sentence of a program's error
+#: (its message is cut at 300 characters where the reason is made, runtime/failures.py).
+REASON_LIMIT = 400
 # fields of an emetrics record (``compat.formats.emetrics_record``) that are not its values
 EMETRICS_FIELDS = frozenset({"type", "id", "time", "group", "iteration", "rindex", "subid"})
 
@@ -102,7 +105,7 @@ def format_line(job: Any, tracker: MetricsTracker | None, elapsed: float) -> str
         parts += _emetrics_parts(tracker, steps=step is not None, val=has_val)
     parts.append(_clock(elapsed))
     if job.done and job.reason and job.state != "SUCCEEDED":
-        parts.append(job.reason.splitlines()[0][:120])
+        parts.append(job.reason.splitlines()[0][:REASON_LIMIT])
     return " | ".join(parts)
 
 

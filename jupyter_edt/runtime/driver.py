@@ -27,7 +27,9 @@ which makes any job elastic:
   gives its workers the grace to checkpoint.
 
 Exit status: 0 when the job's last workers all finished training (or it was suspended), 1 when
-training failed; the reason is in ``status.json`` under ``error`` and ``state`` is ``failed``.
+training failed; the reason is in ``status.json`` under ``error`` and ``state`` is ``failed``:
+the program's exception with the user's frame and the workers that raised it
+(``failures.failure_reason``).
 Any other end (a signal, an exit without that report) is the driver's own failure, which the
 server may recover from the job's newest checkpoint.
 """
@@ -39,7 +41,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ from ..launch import workers_launcher
 from ..launch.local import merged_log_path
 from .control import LocalController, Placement, WorkerCrashed
 from .environment import JOB_ENV_KEY
+from .failures import error_from_log, failure_reason, read_error
 from .jobdir import JobDir, checkpoints, process_start_time, read_json
 from .store_keys import formed_key
 
@@ -62,6 +65,9 @@ RESTART_GRACE_S = 30.0
 #: Restarts of a restart job after a worker failed, over the job's life (a resize is free).
 MAX_RESTARTS = 3
 MAX_HISTORY = 20  # restarts kept in status.json
+#: How long, after a worker of a rigid or restart job failed for good, the others have to fail
+#: too before the reason is written (they usually raise the same error in the same step).
+FAILURE_GRACE_S = 1.0
 
 
 def placement(device: Mapping[str, Any]) -> Placement:
@@ -262,10 +268,9 @@ class Driver:
             )
             if retry:
                 return None  # a device of the allocation rests before its next try
-            return (
-                "no device of the allocation could run a worker: failures "
-                f"{self.device_failures}: {self._log_tail(self._last_failed())}"
-            ).strip()
+            tries = ", ".join(f"{d} {n}" for d, n in sorted(self.device_failures.items()))
+            why = self._why(self._failed_workers())
+            return f"{why}; no device of the allocation could run a worker (failures: {tries})"
         moving = not keep
         self.replacements += sum(1 for d in new if d["id"] in self.device_failures)
         # A job moved to all-new devices grows onto them first, so the joiners receive the
@@ -294,20 +299,9 @@ class Driver:
     def _rigid_failure(self) -> str | None:
         """A rigid job's worker that failed fails the job: nothing carries on without it, and
         its peers would wait for it (as torchrun without elasticity does)."""
-        failed = self._failed_worker()
-        if failed is None:
+        if self._failed_worker() is None:
             return None
-        w, code = failed
-        device = self.device_of[w]["id"]
-        why = (
-            "a rigid job"
-            if self.kind == "rigid"
-            else "a job whose program does not use the elastic runtime"
-        )
-        return (
-            f"worker {w} on {device} exited with code {code}, and {why} cannot go on without "
-            f"it: {self._log_tail(w)}"
-        ).strip()
+        return self._why(self._gang_failures())
 
     def _failed_worker(self) -> tuple[str, int] | None:
         """The first worker of the newest start that exited with an error, and its status."""
@@ -329,17 +323,14 @@ class Driver:
         failed = self._failed_worker()
         if failed is None:
             return None
-        w, code = failed
+        w, _ = failed
         if self.failed_restarts >= self.max_restarts:
-            return (
-                f"worker {w} exited with code {code} at every start ({self.max_restarts} "
-                f"restart(s) allowed): {self._log_tail(w)}"
-            ).strip()
+            why = self._why(self._gang_failures())
+            return f"{why}, at every start ({self.max_restarts} restart(s) allowed)"
         self.failed_restarts += 1
         self._restart(
             "failure",
-            f"worker {w} exited with code {code} (restart {self.failed_restarts} of "
-            f"{self.max_restarts})",
+            f"{self._why([w])} (restart {self.failed_restarts} of {self.max_restarts})",
         )
         return None
 
@@ -404,10 +395,36 @@ class Driver:
         self.device_failures[device_id] = self.device_failures.get(device_id, 0) + 1
         self.failed_at[device_id] = time.monotonic()
 
-    def _last_failed(self) -> str:
+    def _failed_workers(self) -> list[str]:
+        """Every worker of the job that failed, not those lost with their node."""
         assert self.ctl is not None
-        failed = [w for w, p in self.ctl.procs.items() if p.returncode not in (None, 0)]
-        return failed[-1] if failed else ""
+        procs = self.ctl.procs
+        return [w for w, p in procs.items() if p.returncode not in (None, 0) and not p.vanished]
+
+    def _gang_failures(self) -> list[str]:
+        """The workers of the newest start that failed, once those still running have had
+        `FAILURE_GRACE_S` to fail as well: a program's error is usually every worker's, and
+        the reason names them all."""
+        assert self.ctl is not None
+        procs = self.ctl.procs
+        deadline = time.monotonic() + FAILURE_GRACE_S
+        while any(procs[w].returncode is None for w in self.gang) and time.monotonic() < deadline:
+            time.sleep(TICK_S / 2)
+        return [w for w in self.gang if procs[w].returncode not in (None, 0)]
+
+    def _why(self, workers: Iterable[str]) -> str:
+        """The job's reason for these failed workers: the exceptions they reported, else the end
+        of their logs (`failures`)."""
+        assert self.ctl is not None
+        root = str(self.dir.code)
+        errors = []
+        for w in workers:
+            error = read_error(self.dir.logs, w, self.ctl.run)
+            if error is None:
+                tail = self._log_tail(w, 8000)
+                error = error_from_log(tail, w, self.ctl.procs[w].returncode, root)
+            errors.append(error)
+        return failure_reason(errors)
 
     def _suspend(self) -> int:
         """Checkpoint at the next step boundary, then stop every worker. A rigid job cannot
@@ -452,9 +469,7 @@ class Driver:
         failed = {w: c for w, c in codes.items() if c != 0}
         if failed and all(self.ctl.procs[w].vanished for w in failed):
             return self._lost(sorted(failed))
-        worker = next(iter(failed), None)
-        detail = self._log_tail(worker) if worker else ""
-        return self._exit(1, f"workers failed {failed}: {detail}".strip())
+        return self._exit(1, self._why(w for w in failed if not self.ctl.procs[w].vanished))
 
     def _lost(self, workers: list[str]) -> int:
         """Every worker the job had left was lost with its node: the program did not fail,

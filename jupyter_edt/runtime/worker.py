@@ -7,6 +7,8 @@ of the node's cores and a worker on a virtual GPU one thread, so that CPU worker
 oversubscribe the cores (``resources.py``). ``EDT_WORKER_SETUP``
 (``module:function``, set by a job plugin, see ``jobs.plugins``) is called before the program:
 an add-on's per-process rule (WMLA's own LOG_DIR per process) without the runtime knowing it.
+A program that dies of an exception says which before it exits (``failures.report_exception``):
+the job's reason is built from it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import importlib
 import os
 import runpy
 import sys
+
+from .failures import report_exception
 
 #: ``module:function`` that each worker calls before the program (set by a job plugin)
 WORKER_SETUP_ENV = "EDT_WORKER_SETUP"
@@ -35,6 +39,21 @@ def main(argv: list[str] | None = None) -> int:
     if not args:
         print("usage: python -m jupyter_edt.runtime.worker program.py [args...]", file=sys.stderr)
         return 2
+    try:
+        run(args)
+    except StopForRestart:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    except BaseException as err:
+        # the driver builds the job's reason from it; the traceback still reaches the log
+        report_exception(err)
+        raise
+    return 0
+
+
+def run(args: list[str]) -> None:
+    """Run the program ``args[0]`` as ``__main__`` with ``args`` as its ``sys.argv``."""
     import torch
 
     from .resources import worker_threads
@@ -43,13 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     run_setup(os.environ.get(WORKER_SETUP_ENV))
     sys.argv = list(args)
     sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
-    try:
-        runpy.run_path(args[0], run_name="__main__")
-    except StopForRestart:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
+    runpy.run_path(args[0], run_name="__main__")
 
 
 def run_setup(target: str | None) -> None:

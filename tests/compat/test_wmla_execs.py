@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import textwrap
 import zipfile
 from pathlib import Path
@@ -20,7 +21,7 @@ from jobprograms import DEADLINE_S, program
 from multiuser import api, as_user, wait_for
 from tornado.httpclient import HTTPClientError
 from waiting import eventually
-from wmla_program import model_dir_tar, multipart_file
+from wmla_program import FILES, MAIN, model_dir_tar, multipart_file
 
 from jupyter_edt.compat.fabric_model import FabricModel
 from jupyter_edt.compat.formats import parse_elog_line
@@ -223,6 +224,36 @@ async def test_a_wmla_program_runs_grows_and_returns_its_metrics_logs_and_result
     assert code == 404
     code, _ = await wmla_error(jp_fetch, "bob", "execs", blocker["id"])
     assert code == 404  # a native job is no exec
+
+
+async def test_a_failing_wmla_program_fails_with_its_error_and_its_line(jp_fetch, tmp_path):
+    """A WMLA program whose model does not fit its data: the exec's message is the program's
+    exception at the line of the program it came from, once for both workers."""
+    broken = MAIN.replace("nn.Linear(36, 4)", "nn.Linear(32, 4)")
+    source = textwrap.dedent(broken).lstrip().splitlines()  # as model_dir_tar writes it
+    line = next(i for i, text in enumerate(source, 1) if "return F.log_softmax" in text)
+    args = (
+        f"--exec-start edtPyTorch --model-dir mnist --model-main main.py "
+        f"--cs-datastore-meta type=fs,data_path={tmp_path} --numWorker 2 --epochs 1"
+    )
+    archive = model_dir_tar(files={**FILES, "main.py": broken})
+    submitted = await wmla(
+        jp_fetch, "alice", "execs", method="POST", params={"args": args}, **multipart_file(archive)
+    )
+    done = await wait_exec(
+        jp_fetch,
+        "alice",
+        submitted["id"],
+        lambda e: e["state"] not in ("SUBMITTED", "PENDING_CRD_SCHEDULER", "RUNNING"),
+        "done",
+    )
+    assert done["state"] == "FAILED", done
+    assert re.fullmatch(
+        r"RuntimeError: mat1 and mat2 shapes cannot be multiplied \(\d+x36 and 32x4\) "
+        rf"\(main\.py:{line} in forward; workers w0, w1(, w\d+)*\)",
+        done["message"],
+    ), done["message"]
+    assert done["events"] == f"Job {done['id']} task <1> failed: {done['message']}"
 
 
 async def test_stop_and_delete_map_to_stopped_and_killed(jp_fetch, tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -110,15 +111,25 @@ async def test_the_example_notebook_runs_end_to_end(
     accuracy = float(used.split("test accuracy of the job's model: ")[1].split()[0])
     assert accuracy > 0.5, used
 
-    # the failing job: a one-line UsageError with the job's log tail, then its widget
+    # the failing job: JobFailed, whose message is the job's reason (the exception, the line of
+    # the cell it came from, the workers), shown with the folded traceback; then its widget
     broken = by_source[
         "%%edt_submit --name digits-broken --max-gpus 2 --files digits_data.py --wait"
     ]
-    failure = outputs_text(broken)
-    assert "(digits-broken) FAILED" in failure
-    assert "mat1 and mat2 shapes cannot be multiplied" in failure
+    (error,) = [o for o in broken.outputs if o.get("output_type") == "error"]
+    assert error["ename"] == "JobFailed"
+    assert re.fullmatch(
+        r"RuntimeError: mat1 and mat2 shapes cannot be multiplied \(\d+x64 and 32x10\) "
+        r"\(main\.py:\d+ in <module>; workers w0, w1(, w\d+)*\)",
+        error["evalue"],
+    ), error["evalue"]
+    report = "\n".join(error["traceback"])
+    assert report.startswith("Job ") and f"(digits-broken) FAILED: {error['evalue']}" in report
+    assert (
+        "frames in jupyter_edt, torch …" in report and report.count("Traceback (most recent") == 1
+    )
     last = outputs_text(code[-1])
-    assert last.startswith("digits-broken FAILED - ")
+    assert last.startswith(f"digits-broken FAILED - {error['evalue']}\n")  # the same sentence
     assert "<Job " in last
 
 

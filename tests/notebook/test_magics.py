@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import textwrap
 
 import pytest
 from IPython.core.error import UsageError
 
-from jupyter_edt.notebook import EDTClient, Job
+from jupyter_edt.notebook import EDTClient, Job, JobFailed
 from jupyter_edt.notebook.magics import EDTMagics
 from jupyter_edt.notebook.table import JobTable
 
@@ -210,7 +211,9 @@ async def test_files_are_shipped_next_to_the_cell(connected, tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("edt_config", [{"devices": "virtual", "virtual_gpus": 2}])
-async def test_wait_shows_a_finished_job_or_a_failure_with_its_log_tail(connected, capsys):
+async def test_wait_shows_a_finished_job_or_raises_the_failure_with_its_folded_logs(
+    connected, alice, capsys
+):
     ok = await submit(connected, "--wait --name ok", "print('hello from the job')\n")
     assert ok.state == "SUCCEEDED", ok.reason
     assert f"ok [{ok.id}] SUCCEEDED" in capsys.readouterr().out
@@ -221,14 +224,31 @@ async def test_wait_shows_a_finished_job_or_a_failure_with_its_log_tail(connecte
         raise ValueError("the data directory is empty")
         """
     )
-    with pytest.raises(UsageError) as caught:
-        await submit(connected, "--wait --name broken", failing)
-    message = str(caught.value)
-    head, _, logs = message.partition("\n\nThe last 20 lines of its logs:\n")
-    assert head.startswith("Job ") and "(broken) FAILED: exit code 1" in head
-    assert "\n" not in head  # the reason's first line; the logs follow once
-    assert logs.count("ValueError: the data directory is empty") == 1
-    assert "loading data" in logs and "==> driver.stdout <==" not in logs  # empty: left out
+    result = await run(connected.run_cell, f"%%edt_submit --wait --name broken\n{failing}")
+    failed = result.error_in_exec
+    assert isinstance(failed, JobFailed) and isinstance(failed, RuntimeError)
+    # its message is the job's reason: the exception, the user's line, the workers
+    job = failed.job
+    assert job.state == "FAILED" and str(failed) == job.reason
+    assert re.fullmatch(
+        r"ValueError: the data directory is empty \(main\.py:3 in <module>; workers? w0(, w1)?\)",
+        job.reason,
+    ), job.reason
+    # the cell shows its report in place of the client's frames: the reason, the traceback
+    # once whatever the number of workers, the user's frame without runpy's, then the output
+    shown = capsys.readouterr().out  # the progress lines, then the report
+    progress, head, report = shown.partition(f"Job {job.id} (broken) FAILED: {job.reason}\n")
+    assert head and progress.rstrip().endswith(f"| {job.reason}"), shown
+    shown = head + report
+    assert "magics.py" not in shown and "runpy" not in shown
+    assert shown.count("ValueError: the data directory is empty") == 2  # the reason, the traceback
+    assert ': Traceback (most recent call last):\n  File "main.py", line 3, in <module>\n' in shown
+    assert "loading data" in shown and "==> driver.stdout <==" not in shown  # empty: left out
+    # the client's own wait says the same
+    again, done = await run(alice.get, job.id), await run(alice.get, ok.id)
+    with pytest.raises(JobFailed, match=re.escape(job.reason)):
+        await run(again.wait, progress=False, check=True)
+    assert (await run(done.wait, progress=False, check=True)).state == "SUCCEEDED"
 
 
 KERNEL_CELLS = [
