@@ -21,7 +21,7 @@ synchronised at the end of the warm-up and of the last step), and each process w
 points), its peak memory (CUDA:
 ``max_memory_allocated``; CPU: the process's ``ru_maxrss``), its thread count and the model's
 size. Nothing imports transformers before a GPT is built. With ``BENCH_MODELS_PROFILE=DIR`` each
-process also writes its cProfile statistics to ``DIR/<side>-<rank>.prof``.
+process also writes its cProfile statistics to ``DIR/<side>-<arch>[-data-bound]-<rank>.prof``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ CLASSES = 10
 PAD = 4
 MEAN = torch.tensor([0.4914, 0.4822, 0.4465]).view(3, 1, 1)
 STD = torch.tensor([0.2470, 0.2435, 0.2616]).view(3, 1, 1)
-#: a folder: each process writes its cProfile statistics there, ``<side>-<rank>.prof``
+#: a folder: each process writes its cProfile statistics there (one file per run and rank)
 PROFILE_ENV = "BENCH_MODELS_PROFILE"
 GPT = {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 64, "vocab_size": 512}
 
@@ -332,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     profile = cProfile.Profile()
     profile.runcall(side, cfg)
     Path(where).mkdir(parents=True, exist_ok=True)
-    profile.dump_stats(Path(where) / f"{cfg.side}-{os.environ.get('RANK', '0')}.prof")
+    run = f"{cfg.side}-{cfg.arch}{'-data-bound' if cfg.augment_rounds > 1 else ''}"
+    profile.dump_stats(Path(where) / f"{run}-{os.environ.get('RANK', '0')}.prof")
     return 0
 
 
