@@ -15,6 +15,7 @@ JUPYTER := $(VENV)/bin/jupyter
 VIRTUAL_GPUS ?= 4
 LAB_ARGS ?=
 CHROMIUM ?= /usr/bin/chromium
+SYSTEMD_ANALYZE ?= /usr/bin/systemd-analyze
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Jupyter's tools start each other by name (jupyter-builder, for one), so .venv/bin goes first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
@@ -29,7 +30,8 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 FRONTEND_SOURCES := $(shell find src style schema -type f 2>/dev/null) package.json tsconfig.json
 
-.PHONY: help install lab test lint test-py test-js test-ui check-extension chromium clean gpu-wheels
+.PHONY: help install lab test lint test-py test-js test-ui check-extension chromium systemd clean \
+	gpu-wheels postgresql
 
 help:
 	@echo "make lab    install into $(VENV), build, and start JupyterLab with jupyter-edt"
@@ -78,6 +80,20 @@ chromium:
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; \
 	fi
 
+# `systemd-analyze verify` checks the deployment's unit (tests/deploy/): Debian's systemd has it.
+systemd:
+	@if [ ! -x "$(SYSTEMD_ANALYZE)" ]; then \
+	  echo "Installing Debian's systemd for systemd-analyze (the deployment files' tests)"; \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y systemd; \
+	fi
+
+# The store's tests run on a throwaway PostgreSQL too (tests/pgserver.py): Debian's server.
+postgresql:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  echo "Installing Debian's postgresql for the store's tests on PostgreSQL"; \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y postgresql; \
+	fi
+
 ui-tests/node_modules/.install-stamp: ui-tests/package.json ui-tests/package-lock.json
 	cd ui-tests && npm ci --no-audit --no-fund
 	touch $@
@@ -99,7 +115,7 @@ test-js: install
 # The suite's processes wait on servers, clusters and jobs much of the time: two pytest workers
 # keep a 2-core machine busy (tests/conftest.py keeps each module, and the Ray package, on one).
 PYTEST_WORKERS ?= 2
-test-py: install
+test-py: install systemd postgresql
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope
 
 test-ui: install chromium ui-tests/node_modules/.install-stamp
@@ -118,7 +134,7 @@ clean:
 # machine's Python.
 GPU_WHEELS ?= .gpu-wheels
 GPU_PYTHON_VERSION ?= 3.12
-GPU_WHEELS_FOR := tornado traitlets sqlalchemy jupyter_core pyyaml
+GPU_WHEELS_FOR := tornado traitlets sqlalchemy jupyter_core pyyaml prometheus_client
 GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
 	manylinux2014_x86_64 manylinux1_x86_64
 

@@ -1,4 +1,4 @@
-"""``jupyter edt``: submit, list, follow and cancel jobs from a terminal.
+"""``jupyter edt``: submit, list, follow, cancel and delete jobs from a terminal.
 
 ``jupyter edt COMMAND`` runs the ``jupyter-edt`` executable (Jupyter's launcher dispatches
 ``jupyter X`` to ``jupyter-X`` on PATH), whose entry point is :func:`main`. The server is found
@@ -65,8 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("-f", "--follow", action="store_true", help="Follow until the job ends")
     logs.add_argument("--list", action="store_true", help="Print the log names")
 
-    cancel = commands.add_parser("cancel", help="Cancel jobs")
+    cancel = commands.add_parser("cancel", help="Cancel jobs (they stay, with their logs)")
     cancel.add_argument("job_ids", nargs="+", metavar="ID")
+
+    delete = commands.add_parser(
+        "delete", help="Delete jobs, stopping those still running (usage stays counted)"
+    )
+    delete.add_argument("job_ids", nargs="+", metavar="ID")
 
     download = commands.add_parser("download", help="Download a job's result directory")
     download.add_argument("job_id", metavar="ID")
@@ -168,6 +173,13 @@ def _cancel(client: EDTClient, args: argparse.Namespace, _: list[str]) -> int:
     return 0
 
 
+def _delete(client: EDTClient, args: argparse.Namespace, _: list[str]) -> int:
+    for job_id in args.job_ids:
+        job = client.delete(job_id)
+        print(f"Deleted job {job.id} ({job.name}).")
+    return 0
+
+
 def _download(client: EDTClient, args: argparse.Namespace, _: list[str]) -> int:
     job = client.get(args.job_id)
     if args.list:
@@ -186,6 +198,7 @@ COMMANDS = {
     "list": _list,
     "logs": _logs,
     "cancel": _cancel,
+    "delete": _delete,
     "download": _download,
 }
 

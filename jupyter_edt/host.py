@@ -29,6 +29,7 @@ from .launch.local import LocalLauncher
 from .scheduling.inventory import Inventory, VirtualInventory, open_inventory
 from .scheduling.monitor import InventoryMonitor
 from .scheduling.policy import POLICIES, Policy, ShareRules
+from .telemetry import Telemetry
 
 #: Short names `launcher_class` takes beside import paths.
 LAUNCHERS = {
@@ -74,7 +75,8 @@ class JobHost(LoggingConfigurable):
         help="""GPU allocation policy: 'fair-share' (max-min fair between users, then
         between each user's jobs), 'priority' (higher priority first, equal ones fairly),
         'goodput' (spare GPUs where they speed a job up most), or the import path of a
-        `jupyter_edt.scheduling.policy.Policy` subclass of your own.""",
+        `jupyter_edt.scheduling.policy.Policy` subclass of your own. Changes live (SIGHUP,
+        PATCH /edt/api/v1/admin/config).""",
     )
 
     launcher_class = LauncherType(
@@ -134,7 +136,9 @@ class JobHost(LoggingConfigurable):
     database_url = Unicode(
         config=True,
         help="""SQLAlchemy URL of the job store. Defaults to an SQLite file in the Jupyter
-        data directory.""",
+        data directory. PostgreSQL (for a shared service): postgresql+psycopg://user@host/db,
+        with the psycopg driver (`pip install 'jupyter-edt[postgresql]'`); a transaction whose
+        connection is lost is run again for up to 30 s, the service's log says so.""",
     )
 
     jobs_dir = Unicode(
@@ -230,7 +234,16 @@ class JobHost(LoggingConfigurable):
     admin_users = List(
         Unicode(),
         config=True,
-        help="""Users who see and change every user's jobs.""",
+        help="""Users who see and change every user's jobs, and the settings that change
+        live (GET|PATCH /edt/api/v1/admin/config). Changes live (SIGHUP, that API).""",
+    )
+
+    admin_groups = List(
+        Unicode(),
+        config=True,
+        help="""Groups whose members are administrators, as `admin_users` are. Groups come
+        from each caller's identity (JupyterHub groups, the token file), and from
+        `user_groups`. Changes live (SIGHUP, PATCH /edt/api/v1/admin/config).""",
     )
 
     job_python = Unicode(
@@ -249,14 +262,16 @@ class JobHost(LoggingConfigurable):
         per_key_traits=None,
         config=True,
         help="""Each user's weight in the fair share between users (default 1): a user of
-        weight 2 gets twice the GPUs of a user of weight 1 when both want more.""",
+        weight 2 gets twice the GPUs of a user of weight 1 when both want more. Changes live
+        (SIGHUP, PATCH /edt/api/v1/admin/config).""",
     )
 
     user_quotas = Dict(
         value_trait=Int(),
         config=True,
         help="""The most GPUs each named user's jobs may hold at once. A job its quota keeps
-        from starting waits with a reason that starts with "quota".""",
+        from starting waits with a reason that starts with "quota". A lowered quota shrinks
+        the jobs over it. Changes live (SIGHUP, PATCH /edt/api/v1/admin/config).""",
     )
 
     group_quotas = Dict(
@@ -264,18 +279,21 @@ class JobHost(LoggingConfigurable):
         config=True,
         help="""The most GPUs all the users of each named group may hold at once. Groups come
         from each caller's identity (JupyterHub groups, the token file), and from
-        `user_groups`.""",
+        `user_groups`. Changes live (SIGHUP, PATCH /edt/api/v1/admin/config).""",
     )
 
     user_groups = Dict(
         value_trait=List(Unicode()),
         config=True,
-        help="""Groups of users, by user name, beside those their identity provider names.""",
+        help="""Groups of users, by user name, beside those their identity provider names.
+        Changes live (SIGHUP, PATCH /edt/api/v1/admin/config).""",
     )
 
     inventory: Inventory
     monitor: InventoryMonitor
     job_service: JobService
+    #: Its Prometheus metrics (GET /edt/api/v1/metrics), made with the job service.
+    telemetry: Telemetry
     _ticker: asyncio.Task[None] | None = None
     _forkserver: ForkServer | None = None
     _warming: asyncio.Task[None] | None = None
@@ -383,14 +401,17 @@ class JobHost(LoggingConfigurable):
             self.log.info("jupyter-edt: scheduling on the NVIDIA GPUs that NVML reports.")
         self.monitor = InventoryMonitor(self.inventory)
         self.monitor.record(self.inventory.read(), time.time())
-        store = JobStore(self.database_url, metrics_cap=self.metrics_cap)
+        # a lost database connection is told in this service's log, with the retries
+        store = JobStore(self.database_url, metrics_cap=self.metrics_cap, log=self.log)
         self.job_service = JobService(
             store,
             self.monitor,
             self.make_runner(),
-            policy=load_policy(self.policy, self._option("policy")),
+            policy=self.policy,
+            load_policy=lambda name: load_policy(name, self._option("policy")),
             min_rescale_interval=self.min_rescale_interval,
             admin_users=self.admin_users,
+            admin_groups=self.admin_groups,
             rules=rules,
             groups=self.user_groups,
             max_restarts=self.max_restarts,
@@ -398,6 +419,7 @@ class JobHost(LoggingConfigurable):
             restart_interval=self.restart_interval,
             restart_cost=self.restart_cost,
         )
+        self.telemetry = Telemetry(self.job_service, self.monitor)
         return self.job_service
 
     def account_of(self) -> Callable[[str], Account | None] | None:

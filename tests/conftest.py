@@ -139,6 +139,32 @@ def warm_launcher() -> Iterator[Callable[[], LocalLauncher]]:
         yield launchers
 
 
+@pytest.fixture(scope="session")
+def postgresql() -> Iterator[Any]:
+    """This pytest worker's throwaway PostgreSQL server (`pgserver.PostgresServer`), started
+    at its first use and removed when the worker ends."""
+    import pgserver  # psycopg: only where a test asks for PostgreSQL
+
+    if not pgserver.enabled():
+        pytest.skip(f"{pgserver.ENABLED_ENV}=0: no PostgreSQL runs")
+    server = pgserver.PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request, tmp_path) -> str:
+    """A fresh, empty job database, once on each backend the store supports: an SQLite file
+    in the test's directory, a new database of the worker's PostgreSQL. For the tests of what
+    the database itself does (transactions, schema upgrades, queries), not every API test."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'edt.sqlite'}"
+    return request.getfixturevalue("postgresql").database()
+
+
 @pytest.fixture
 def edt_config() -> dict:
     """EDTApp settings for a test; parametrize it to change them. No fork server of its own

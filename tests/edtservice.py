@@ -78,6 +78,13 @@ class ServiceProcess:
         except (urllib.error.URLError, ConnectionError):
             return False
 
+    def reload(self) -> None:
+        """Write the config file from `settings` again and send SIGHUP, as `systemctl reload`
+        does: the service applies the settings that change live."""
+        assert self.process is not None
+        self.write_config()
+        self.process.send_signal(signal.SIGHUP)
+
     def stop(self) -> int:
         """SIGTERM, as a service manager stops it; its jobs keep running."""
         if self.process is None or self.process.poll() is not None:

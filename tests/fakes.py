@@ -117,13 +117,19 @@ class FakeRunner:
         return self.reports
 
 
-def fake_service(tmp_path: Path, runner: FakeRunner | None = None, **options: Any) -> JobService:
-    """A real service (store in `tmp_path`, real policies) on 4 virtual GPUs over the fake
-    runner, rescaling at any moment; `options` go to JobService."""
+def fake_service(
+    tmp_path: Path,
+    runner: FakeRunner | None = None,
+    *,
+    database_url: str | None = None,
+    **options: Any,
+) -> JobService:
+    """A real service (its store in `tmp_path`, or at `database_url`; real policies) on 4
+    virtual GPUs over the fake runner, rescaling at any moment; `options` go to JobService."""
     monitor = InventoryMonitor(VirtualInventory(4))
     monitor.record(monitor.inventory.read(), time.time())
     return JobService(
-        JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}"),
+        JobStore(database_url or f"sqlite:///{tmp_path / 'edt.sqlite'}"),
         monitor,
         runner or FakeRunner(tmp_path / "jobs"),
         **{"min_rescale_interval": 0.0, **options},

@@ -50,6 +50,7 @@ class Hub:
         self.api = f"{self.url}hub/api/"
         self.service_token = secrets.token_hex(32)
         self.admin_token = secrets.token_hex(32)  # the tests' own service, a Hub admin
+        self.metrics_token = secrets.token_hex(32)  # Prometheus': read:metrics only
         self.admins_group = list(admins_group)
         service_port = free_port()
         self.service_url = f"http://127.0.0.1:{service_port}/services/edt/"
@@ -102,11 +103,13 @@ class Hub:
                 {"name": "edt", "url": self.service_url[: -len("services/edt/")],
                  "api_token": self.service_token, "display": True},
                 {"name": "tests", "api_token": self.admin_token},
+                {"name": "prometheus", "api_token": self.metrics_token},
             ],
             "JupyterHub.load_roles": [
                 {"name": "user", "scopes": ["self", ACCESS]},
                 {"name": "tests", "services": ["tests"],
                  "scopes": ["admin:users", "admin:servers", "tokens", "access:servers"]},
+                {"name": "metrics", "services": ["prometheus"], "scopes": ["read:metrics"]},
             ],
             "JupyterHub.load_groups": {"edt-admins": {"users": self.admins_group}},
         }  # fmt: skip

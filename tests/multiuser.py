@@ -47,6 +47,11 @@ async def api(jp_fetch, user: str, *path: str, method: str = "GET", body=None, *
     return json.loads(response.body) if response.body else None
 
 
+async def cancel(jp_fetch, user: str, job_id: str) -> dict:
+    """`user` cancels the job (it stays, CANCELLED); the answer is the job."""
+    return await api(jp_fetch, user, "jobs", job_id, "cancel", method="POST", body="")
+
+
 async def wait_for(jp_fetch, user: str, job_id: str, condition, what: str) -> dict:
     """The job as `user` reads it, once `condition(job)` holds."""
     return await eventually(

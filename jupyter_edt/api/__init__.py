@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from tornado import web, websocket
 
+from .admin import AdminConfigHandler
 from .artifacts import ArtifactHandler, ArtifactsHandler, ResultZipHandler
-from .cluster import ClusterHandler, NodeDrainHandler
+from .cluster import AllocationsHandler, ClusterHandler, NodeDrainHandler
 from .conductor import CONDUCTOR_PREFIX, conductor_handlers
 from .events import EventsHandler
-from .jobs import JobHandler, LogsHandler, MetricsHandler
+from .jobs import CancelHandler, JobHandler, LogsHandler, MetricsHandler
 from .logon import ConductorLogonHandler, LogonHandler
 from .openapi import NotFoundHandler, OpenAPIHandler
+from .prometheus import PrometheusHandler
 from .uploads import SubmitHandler
 from .usage import UsageHandler
 from .user import UserHandler
@@ -27,8 +29,10 @@ JOB_ID = r"(?P<job_id>[^/]+)"
 default_handlers: list[tuple[str, type[web.RequestHandler]]] = [
     (rf"{API_PREFIX}/cluster", ClusterHandler),
     (rf"{API_PREFIX}/cluster/nodes/(?P<node>[^/]+)/drain", NodeDrainHandler),
+    (rf"{API_PREFIX}/allocations", AllocationsHandler),
     (rf"{API_PREFIX}/jobs/?", SubmitHandler),  # JobsHandler that also takes an archive upload
     (rf"{API_PREFIX}/jobs/{JOB_ID}", JobHandler),
+    (rf"{API_PREFIX}/jobs/{JOB_ID}/cancel", CancelHandler),
     (rf"{API_PREFIX}/jobs/{JOB_ID}/metrics", MetricsHandler),
     (rf"{API_PREFIX}/jobs/{JOB_ID}/logs", LogsHandler),
     (rf"{API_PREFIX}/jobs/{JOB_ID}/artifacts", ArtifactsHandler),
@@ -38,6 +42,8 @@ default_handlers: list[tuple[str, type[web.RequestHandler]]] = [
     (rf"{API_PREFIX}/user", UserHandler),
     (rf"{API_PREFIX}/usage", UsageHandler),
     (rf"{API_PREFIX}/openapi\.json", OpenAPIHandler),
+    (rf"{API_PREFIX}/metrics", PrometheusHandler),
+    (rf"{API_PREFIX}/admin/config", AdminConfigHandler),
 ]
 
 #: WMLA's logons (``api/logon.py``): a server that forwards the API answers them itself.

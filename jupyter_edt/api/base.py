@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tornado import web
 
-from ..jobs.models import InvalidTransition, SpecError
+from ..jobs.models import JobConflict, SpecError
 from ..jobs.service import JobService, NotAllowed
 from ..jobs.store import UnknownJob
 from ..jobs.users import Identity
@@ -67,8 +67,8 @@ def api_errors() -> Iterator[None]:
         raise APIError(404, str(err)) from err
     except NotAllowed as err:
         raise APIError(403, str(err)) from err
-    except InvalidTransition as err:
-        raise APIError(409, str(err)) from err
+    except JobConflict as err:
+        raise APIError(409, str(err), err.field) from err
     except ValueError as err:
         raise APIError(400, str(err)) from err
 
@@ -125,6 +125,18 @@ class EDTHandler(web.RequestHandler):
     def base_path(self) -> str:
         """The path the server serves under (/user/alice/ behind JupyterHub)."""
         return self.settings.get("base_url", "/")
+
+    def on_finish(self) -> None:
+        """Time the answer (the Prometheus metrics' API latency), where a job service runs."""
+        super().on_finish()
+        telemetry = getattr(self.host, "telemetry", None)
+        if telemetry is not None:
+            telemetry.request_finished(
+                type(self).__name__,
+                self.request.method or "",
+                self.get_status(),
+                self.request.request_time(),
+            )
 
     def write_json(self, body: Any, status: int = 200) -> None:
         self.set_status(status)

@@ -1,12 +1,19 @@
 """GET /edt/api/v1/cluster: the devices jobs can be given, which are taken, and their recent
 utilisation, from the monitor's latest reading (requests never wait on NVML).
+GET /edt/api/v1/allocations: which job held each device over a time range, and why each change
+happened (the allocation timeline).
 POST|DELETE /edt/api/v1/cluster/nodes/{node}/drain: an administrator's drain of a node."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..jobs.allocations import timeline
+from .arguments import seconds_argument
 from .base import APIError, EDTHandler, api_errors
+
+#: The range an allocation timeline covers when `since` is not given: the hour before `until`.
+DEFAULT_SPAN_S = 3600.0
 
 
 class ClusterHandler(EDTHandler):
@@ -25,6 +32,31 @@ class ClusterHandler(EDTHandler):
                         "history": monitor.history(device.id),
                     }
                     for device in monitor.devices
+                ],
+            }
+        )
+
+
+class AllocationsHandler(EDTHandler):
+    async def get(self) -> None:
+        since = seconds_argument(self, "since")
+        until = seconds_argument(self, "until")
+        if since is not None and until is not None and until < since:
+            raise APIError(400, "must not be before since", "until")
+        if since is None:
+            end = until if until is not None else self.service.clock()
+            since = max(0.0, end - DEFAULT_SPAN_S)
+        with api_errors():
+            until, last_id, intervals = self.service.allocations(
+                self.user_name, since=since, until=until
+            )
+        self.write_json(
+            {
+                "since": since,
+                "until": until,
+                "last_event_id": last_id,
+                "devices": [
+                    row.to_dict() for row in timeline(self.host.monitor.devices, intervals)
                 ],
             }
         )

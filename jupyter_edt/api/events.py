@@ -62,6 +62,7 @@ class EventsHandler(websocket.WebSocketHandler):
         return self.host.job_service
 
     def open(self, *args: Any, **kwargs: Any) -> None:
+        self.host.telemetry.subscribers.inc()
         self._pump = asyncio.ensure_future(self._send_events())
 
     async def _send_events(self) -> None:
@@ -79,6 +80,8 @@ class EventsHandler(websocket.WebSocketHandler):
                         self.write_message(item.text)
                     await self.write_message(batch[-1].text)  # one flush for the batch
                     self.cursor = batch[-1].id
+                if batch:
+                    self.host.telemetry.delivered(batch)
                 else:
                     try:
                         await asyncio.wait_for(changed.wait(), KEEPALIVE_S)
@@ -95,4 +98,7 @@ class EventsHandler(websocket.WebSocketHandler):
         pass  # the feed is one-way; the cursor travels in the URL
 
     def on_close(self) -> None:
-        self._pump.cancel()
+        pump: asyncio.Future[None] | None = getattr(self, "_pump", None)
+        if pump is not None:  # it was open (a client may leave before the upgrade)
+            self.host.telemetry.subscribers.dec()
+            pump.cancel()

@@ -1,4 +1,4 @@
-"""/edt/api/v1/jobs: submit, list, read, change and cancel the user's jobs."""
+"""/edt/api/v1/jobs: submit, list, read, change, cancel and delete the user's jobs."""
 
 from __future__ import annotations
 
@@ -39,6 +39,17 @@ class JobHandler(EDTHandler):
         self.write_json(job.to_dict())
 
     async def delete(self, job_id: str) -> None:
+        """Remove the job (stopped first if it has not ended), as REST and WMLA's execs API
+        do; its GPU-seconds stay in the usage report. Answers its last record."""
+        with api_errors():
+            job = await self.service.delete(self.user_name, job_id)
+        self.write_json(job.to_dict())
+
+
+class CancelHandler(EDTHandler):
+    """Stop a job and free its devices; it stays, with its logs and results."""
+
+    async def post(self, job_id: str) -> None:
         with api_errors():
             job = await self.service.cancel(self.user_name, job_id)
         self.write_json(job.to_dict())

@@ -157,6 +157,16 @@ class _JupyterIdentity:
             )
         return identity
 
+    async def identify_scraper(self: Any) -> Identity:
+        """Who may read the metrics (they name every user): the server's owner
+        (`EDTApp.owner`; on a server of Jupyter's own token login, every caller is), or an
+        administrator (`EDTApp.admin_users`)."""
+        identity = await _JupyterIdentity.identify(self)  # not the metrics handler's own
+        app = self.extensionapp
+        if identity.name != app.owner and not app.job_service.is_admin(identity.name):
+            raise APIError(403, "Only the server's owner and administrators read its metrics.")
+        return identity
+
     async def issue_access_token(self: Any) -> tuple[str, int]:
         """A token naming the Jupyter user, with the actions the authoriser grants them now."""
         user = self.current_user

@@ -241,6 +241,10 @@ class SubmitHandler(JobsHandler):
         return form
 
     def on_finish(self) -> None:
+        super().on_finish()
+        self._close_upload()
+
+    def _close_upload(self) -> None:
         if self._upload is not None:
             self._upload.close()
             self._upload = None
@@ -250,4 +254,4 @@ class SubmitHandler(JobsHandler):
         being unpacked leaves it to post(), which still reads it."""
         super().on_connection_close()
         if not self._posting:
-            self.on_finish()
+            self._close_upload()

@@ -10,11 +10,11 @@ data and both programs), at each worker count of ``--workers`` (1, 2, 4 by defau
   ``ratio`` (trainer / ddp; with ``--rounds`` N, DDP and the Trainer alternate N times and
   ``ratio`` is the median of the rounds' ratios, ``ratios``). Both sides: the same initial
   weights, global batch, micro-batch per worker (the global batch over the largest worker
-  count: no accumulation there), optimizer, DataLoader worker processes and torch threads,
-  and the same steps (``--warmup``, then ``--steps`` measured); samples/s is the measured
-  steps' samples over the wall time from the end of the warm-up to the end of the last step on
-  rank 0 (data loading included; the device synchronised at both ends), read by the same code
-  on both sides;
+  count, or over ``--max-gpus``: no accumulation there unless that is larger), optimizer,
+  DataLoader worker processes and torch threads, and the same steps (``--warmup``, then
+  ``--steps`` measured); samples/s is the measured steps' samples over the wall time from the
+  end of the warm-up to the end of the last step on rank 0 (data loading included; the device
+  synchronised at both ends), read by the same code on both sides;
 - ``trainer_peak_mem_mb`` / ``ddp_peak_mem_mb``: the largest per-worker peak (CUDA:
   ``max_memory_allocated``; CPU: the worker process's ``ru_maxrss``, interpreter and libraries
   included), and ``mem_ratio``;

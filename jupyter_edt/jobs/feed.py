@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
+import logging
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -20,6 +23,8 @@ from .store import JobStore
 # Changes within this many seconds wake subscribers once.
 COALESCE_S = 0.02
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Published:
@@ -27,6 +32,8 @@ class Published:
     user: str  # the job's owner: who may see the event
     event: dict[str, Any]
     text: str  # the event as JSON, encoded once for every subscriber
+    #: When the feed published it (`time.monotonic()`); None for one read back from the store.
+    at: float | None = None
 
 
 class EventFeed:
@@ -37,7 +44,14 @@ class EventFeed:
         self._last_id = store.last_event_id()  # memory holds what is published from now on
         self._changed = asyncio.Event()
         self._pending: asyncio.Handle | None = None
+        self._readers: list[Callable[[Sequence[Published]], None]] = []
         store.on_change(self.notify)  # every committed change is published
+
+    def on_publish(self, reader: Callable[[Sequence[Published]], None]) -> None:
+        """Hand `reader` every event as it is published, oldest first, in the batch it came
+        in: what counts events (the Prometheus metrics) reads them once, with nobody's
+        cursor and no query of its own."""
+        self._readers.append(reader)
 
     def changed(self) -> asyncio.Event:
         """Set at the next publication. Take it before reading, then wait on it, so a change
@@ -59,8 +73,15 @@ class EventFeed:
     def _publish(self) -> None:
         self._pending = None
         while batch := self.store.events(after=self._last_id, limit=5000):
-            self._recent.extend(_published(e) for e in batch)
+            now = time.monotonic()
+            published = [_published(e, now) for e in batch]
+            self._recent.extend(published)
             self._last_id = batch[-1]["id"]
+            for reader in self._readers:
+                try:
+                    reader(published)
+                except Exception:  # a reader's fault must not stop the feed
+                    log.exception("A reader of the event feed failed")
         if len(self._recent) > 2 * self.keep:
             del self._recent[: len(self._recent) - self.keep]
         self._changed.set()
@@ -89,5 +110,5 @@ class EventFeed:
         return [_published(e) for e in stored]
 
 
-def _published(event: dict[str, Any]) -> Published:
-    return Published(event["id"], event["user"], event, json.dumps(event))
+def _published(event: dict[str, Any], at: float | None = None) -> Published:
+    return Published(event["id"], event["user"], event, json.dumps(event), at)

@@ -53,7 +53,45 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 
-class InvalidTransition(ValueError):
+class ChangeCause(str, enum.Enum):
+    """What changed a job's allocation (its `allocation` event's `cause`), or made it lose its
+    processes (a `state` event's): the event's `reason` says it to people, this to machines
+    (the Prometheus metrics count by it)."""
+
+    START = "start"  # admitted: its first devices
+    GROW = "grow"  # the policy gave it more
+    SHRINK = "shrink"  # the policy took some back (another job needs them)
+    MOVE = "move"  # as many devices, others
+    DEVICE_LOST = "device_lost"  # a device it held vanished
+    NODE_DRAIN = "node_drain"  # a device it held is on a draining node
+    SUSPEND = "suspend"  # suspended (preempted), it released them
+    LOST = "lost"  # its driver died, or was gone after a restart of the service
+    END = "end"  # it finished
+
+
+#: The allocation changes that resize a job which keeps running: rescales.
+RESCALES = frozenset(
+    {
+        ChangeCause.GROW,
+        ChangeCause.SHRINK,
+        ChangeCause.MOVE,
+        ChangeCause.DEVICE_LOST,
+        ChangeCause.NODE_DRAIN,
+    }
+)
+
+
+class JobConflict(ValueError):
+    """A well-formed change that the job, as it is now, refuses (HTTP 409): its state, or a
+    field fixed at submission, rules it out, where another job would take it. `field` names
+    what was asked, when one field was."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidTransition(JobConflict):
     """A state change the lifecycle does not allow (e.g. cancelling a finished job)."""
 
 

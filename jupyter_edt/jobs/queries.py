@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..scheduling.policy import ShareRules
+from .allocations import Interval, anonymised, device_intervals
 from .archives import list_artifacts, open_artifact
 from .feed import EventFeed, Published
 from .logs import LogChunk, list_logs, read_log
@@ -87,6 +88,29 @@ class JobQueries:
             for device in job.devices:
                 out[device] = job.id if visible else None
         return out
+
+    def allocations(
+        self, user: str, *, since: float, until: float | None = None
+    ) -> tuple[float, int, dict[str, list[Interval]]]:
+        """Which job held each device within [since, until] (until: now by default) and why
+        each change happened (``allocations.py``): the range's end, the id of the newest event
+        the answer includes (the live feed goes on after it), and each device's intervals.
+
+        An administrator sees every job; anyone else sees their own, and the others' intervals
+        `anonymised`: a device held, by a job they may not name."""
+        until = max(self.clock(), since) if until is None else until
+        if until < since:
+            raise ValueError(f"until ({until}) is before since ({since}).")
+        # read first: an event recorded meanwhile is in the answer and in the feed after it
+        last_id = self.store.last_event_id()
+        events = self.store.allocation_events(since, until)
+        by_device = device_intervals(events, since=since, until=until)
+        if not self.is_admin(user):
+            by_device = {
+                device: [i if i.user == user else anonymised(i) for i in intervals]
+                for device, intervals in by_device.items()
+            }
+        return until, last_id, by_device
 
     def quota(self, user: str) -> Quota:
         """The quotas that cap what `user`'s jobs hold at once: theirs, and their groups'."""

@@ -15,10 +15,11 @@ from ..scheduling.allocator import Order, plan
 from ..scheduling.inventory import Device
 from ..scheduling.monitor import InventoryMonitor
 from ..scheduling.policy import POLICIES, JobDemand, Policy, PolicyName, ShareRules
-from .models import SCHEDULED, Job, JobState, effective_batch
+from .models import SCHEDULED, ChangeCause, Job, JobState, effective_batch
 from .progress import JobProgress, ProgressBook
 from .protocols import JobRunner
 from .store import JobStore
+from .triggers import Changes, Snapshot, Trigger, changes, trigger_of
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,10 @@ class Scheduler:
         self._lock = asyncio.Lock()
         # jobs checkpointing before they release their devices (see `_release_suspended`)
         self._suspending: dict[str, asyncio.Task[None]] = {}
+        # what the last reschedule dealt with, and the last changes seen since (`triggers.py`)
+        self._seen: Snapshot | None = None
+        self._changes = Changes()
+        self._suspended_by: dict[str, Trigger | None] = {}  # what prompted each suspension
 
     def demand(self, job: Job) -> JobDemand:
         """What the policy is told of a job: its record and what its progress measured."""
@@ -104,6 +109,7 @@ class Scheduler:
             policy = self.policy
             if self.rules is not None:
                 policy.rules = self.rules()
+            self._note_changes(jobs, present, devices, policy.rules)
             orders = plan(
                 [self.demand(j) for j in jobs],
                 devices,
@@ -129,6 +135,30 @@ class Scheduler:
                 applied.append(order)
             self._say_why_waiting(jobs, orders, policy.rules)
             return applied
+
+    def _note_changes(
+        self,
+        jobs: Sequence[Job],
+        present: Sequence[Device],
+        dealable: Sequence[Device],
+        rules: ShareRules,
+    ) -> None:
+        """Keep what changed since the last reschedule, when something did: what the orders
+        of this one (and of later ones, where the policy deferred them) were prompted by. The
+        first one sees every job arrive."""
+        devices = frozenset(d.id for d in present)
+        seen = Snapshot(
+            jobs={j.id: (j.priority, j.max_gpus) for j in jobs},
+            devices=devices,
+            dealable=frozenset(d.id for d in dealable),
+            rules=rules,
+        )
+        before = self._seen or Snapshot(
+            jobs={}, devices=devices, dealable=seen.dealable, rules=rules
+        )
+        if changed := changes(before, seen):
+            self._changes = changed
+        self._seen = seen
 
     def _say_why_waiting(
         self, jobs: Sequence[Job], orders: Sequence[Order], rules: ShareRules
@@ -169,7 +199,10 @@ class Scheduler:
         )
         if order.action == "start":
             self.store.set_state(job_id, JobState.STARTING, f"given {n} GPU(s)", now=now)
-            job = self.store.set_devices(job_id, order.devices, "admitted", now=now)
+            trigger = trigger_of(job_id, n, self._changes)
+            job = self.store.set_devices(
+                job_id, order.devices, "admitted", now=now, cause=ChangeCause.START, trigger=trigger
+            )
             try:
                 await self.runner.start(job, devices)
             except Exception as err:  # a job that cannot start must not block the others
@@ -179,7 +212,11 @@ class Scheduler:
             before = len(self.store.get_job(job_id).devices)
             verb = "grown" if n > before else "shrunk" if n < before else "moved"
             reason = f"{gone}{verb} to {n} GPU(s)"
-            job = self.store.set_devices(job_id, order.devices, reason, now=now)
+            cause = _resize_cause(n - before, vanished, drained)
+            trigger = trigger_of(job_id, n - before, self._changes)
+            job = self.store.set_devices(
+                job_id, order.devices, reason, now=now, cause=cause, trigger=trigger
+            )
             if not job.elastic and job.spec.kind == "restart":
                 self.progress.restart_asked(job_id, now)  # its cost: from here to a step
             await self.runner.resize(job, devices)
@@ -187,6 +224,7 @@ class Scheduler:
             why = f"{gone}too few GPUs left" if lost else "preempted"
             how = suspension(self.store.get_job(job_id))
             job = self.store.set_state(job_id, JobState.SUSPENDED, f"{why}; {how}", now=now)
+            self._suspended_by[job_id] = trigger_of(job_id, -1, self._changes)  # gives all back
             self.follow_suspension(job)
 
     # suspensions --------------------------------------------------------------------------
@@ -199,6 +237,7 @@ class Scheduler:
         """Stop waiting on the job's suspension (it is being cancelled: the cancel stops the
         driver the wait is for, and records the job's end)."""
         task = self._suspending.pop(job_id, None)
+        self._suspended_by.pop(job_id, None)
         if task is not None:
             task.cancel()
 
@@ -214,6 +253,7 @@ class Scheduler:
         if self._suspending.get(job_id) is not asyncio.current_task():
             return  # cancelled meanwhile: `cancel` has recorded the job's end
         now = self.clock()
+        trigger = self._suspended_by.pop(job_id, None)
         if self.store.get_job(job_id).state == JobState.SUSPENDED:
             if not job.elastic and job.spec.kind == "elastic":
                 how = "stopped (a rigid job cannot checkpoint)"
@@ -225,7 +265,10 @@ class Scheduler:
                 )
             else:
                 how = "checkpoint written" if clean else "stopped without a clean checkpoint"
-            self.store.set_devices(job_id, [], f"suspended: {how}, GPUs released", now=now)
+            released = f"suspended: {how}, GPUs released"
+            self.store.set_devices(
+                job_id, [], released, now=now, cause=ChangeCause.SUSPEND, trigger=trigger
+            )
             self.store.set_state(job_id, JobState.QUEUED, "waiting for GPUs", now=now)
         del self._suspending[job_id]
         try:
@@ -240,6 +283,18 @@ class Scheduler:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _resize_cause(change: int, vanished: Sequence[str], drained: Sequence[str]) -> ChangeCause:
+    """Why a resize happens: its node drains, a device vanished, else the policy's choice
+    (`change`: the GPUs it gains, or loses when negative)."""
+    if drained:
+        return ChangeCause.NODE_DRAIN
+    if vanished:
+        return ChangeCause.DEVICE_LOST
+    if change:
+        return ChangeCause.GROW if change > 0 else ChangeCause.SHRINK
+    return ChangeCause.MOVE
 
 
 def suspension(job: Job) -> str:

@@ -23,8 +23,9 @@ from ..scheduling.inventory import Device
 from ..scheduling.monitor import InventoryMonitor
 from ..scheduling.policy import Policy, PolicyName, ShareRules
 from .archives import safe_extract
+from .liverules import LiveConfig, LiveRules, known_policy, policy_of
 from .metrics import METRIC_EVENTS, ReadFrom
-from .models import LIVE, TERMINAL, Job, JobSpec, JobState, SpecError
+from .models import LIVE, TERMINAL, ChangeCause, Job, JobConflict, JobSpec, JobState, SpecError
 from .progress import ProgressBook
 from .protocols import JobRunner
 from .queries import JobQueries, NotAllowed
@@ -54,13 +55,20 @@ class JobService(JobQueries):
         clock: Callable[[], float] = time.time,
         restart_interval: float = 60.0,
         restart_cost: float = 30.0,
+        admin_groups: Iterable[str] = (),
+        load_policy: Callable[[str], Policy] = known_policy,
     ) -> None:
         """`rules`: weights and quotas between users (their groups: `groups` as configured,
         and what each caller's identity says, see `UserDirectory`). `admit_user` raises
-        ValueError, a sentence, for a user whose jobs cannot run here (no Unix account)."""
-        users = UserDirectory(store, admin_users=admin_users, groups=groups)
+        ValueError, a sentence, for a user whose jobs cannot run here (no Unix account).
+        `load_policy`: a policy by its name, for a change of the live settings (`live`)."""
+        admin_users, admin_groups = tuple(admin_users), tuple(admin_groups)
+        users = UserDirectory(
+            store, admin_users=admin_users, groups=groups, admin_groups=admin_groups
+        )
         super().__init__(store, runner, users=users, rules=rules, clock=clock)
         configured = rules or ShareRules()
+        policy_name, policy = policy_of(policy, load_policy)
         if max_restarts < 0:
             raise ValueError(f"max_restarts must be 0 or more, got {max_restarts}.")
         self.max_restarts = max_restarts
@@ -76,11 +84,52 @@ class JobService(JobQueries):
             policy=policy,
             min_rescale_interval=min_rescale_interval,
             clock=clock,
-            rules=lambda: users.share_rules(configured),
+            rules=lambda: users.share_rules(self.configured_rules),
             restart_interval=restart_interval,
             restart_cost=restart_cost,
         )
         runner.report_to(self)
+        #: The quotas, weights, groups, administrators and policy, as they change live.
+        self.live = LiveConfig(
+            LiveRules.parse(
+                {
+                    "user_quotas": configured.user_quotas,
+                    "group_quotas": configured.group_quotas,
+                    "user_weights": configured.weights,
+                    "user_groups": {u: list(g) for u, g in (groups or {}).items()},
+                    "admin_users": list(admin_users),
+                    "admin_groups": list(admin_groups),
+                    "policy": policy_name,
+                }
+            ),
+            policy,
+            load_policy=load_policy,
+            records=store,
+            use=self._use_rules,
+            reschedule=self.reschedule,
+        )
+
+    def _use_rules(self, rules: LiveRules, policy: Policy) -> None:
+        """Hand changed live settings to the parts that read them; the next allocation (and
+        every quota, usage report and metric from now on) goes by them."""
+        self.configured_rules = rules.share_rules()
+        self.scheduler.policy = policy
+        self.users.configure(
+            admin_users=rules.admin_users, admin_groups=rules.admin_groups, groups=rules.user_groups
+        )
+
+    def config(self, user: str) -> tuple[LiveRules, list[dict[str, Any]]]:
+        """The live settings and their latest changes, newest first: an administrator's."""
+        if not self.users.is_admin(user):
+            raise NotAllowed("Only an administrator reads the service's settings.")
+        return self.live.rules, self.store.config_changes()
+
+    async def change_config(self, user: str, patch: object) -> dict[str, Any] | None:
+        """An administrator's change of the live settings (a JSON merge patch, checked whole
+        before any of it applies); its record, None when nothing changed."""
+        if not self.users.is_admin(user):
+            raise NotAllowed("Only an administrator changes the service's settings.")
+        return await self.live.change(self.live.rules.merged(patch), user=user, source="api")
 
     async def reschedule(self) -> list[Order]:
         """See `Scheduler.reschedule`."""
@@ -164,11 +213,11 @@ class JobService(JobQueries):
         job = self.get(user, job_id)
         resizable = job.elastic or job.spec.kind == "restart"
         if max_gpus is not None and not resizable and max_gpus < len(job.devices):
-            raise SpecError(
+            raise JobConflict(
+                f"max_gpus must be at least the {len(job.devices)} GPU(s) the job runs on: it "
+                "is rigid (a rigid job, or a program that does not use the elastic runtime), "
+                "so it cannot shrink",
                 "max_gpus",
-                f"must be at least the {len(job.devices)} GPU(s) the job runs on: it is "
-                "rigid (a rigid job, or a program that does not use the elastic runtime), so "
-                "it cannot shrink",
             )
         self.store.update_limits(job_id, priority=priority, max_gpus=max_gpus, now=self.clock())
         await self.reschedule()
@@ -292,7 +341,8 @@ class JobService(JobQueries):
             else:
                 detail = f"restarted {job.restarts} time(s) already, the most allowed"
             tail = f"; its log ends: {log_tail}" if log_tail else ""
-            self.store.set_state(job_id, JobState.FAILED, f"{why}; {detail}{tail}", now=now)
+            reason = f"{why}; {detail}{tail}"
+            self.store.set_state(job_id, JobState.FAILED, reason, now=now, cause=ChangeCause.LOST)
             self.progress.forget(job_id)
         await self.reschedule()
 
@@ -360,6 +410,7 @@ class JobService(JobQueries):
                     JobState.FAILED,
                     "its processes were gone after a server restart",
                     now=now,
+                    cause=ChangeCause.LOST,
                 )
                 outcome["failed"].append(job.id)
         await self.reschedule()
@@ -370,8 +421,9 @@ class JobService(JobQueries):
     ) -> None:
         """A job whose processes are gone waits for devices again: SUSPENDED (`why`), its
         devices released, then QUEUED (`reason`), to resume from its newest checkpoint."""
-        self.store.set_state(job_id, JobState.SUSPENDED, why, now=now)
-        self.store.set_devices(job_id, [], why, now=now)
+        lost = ChangeCause.LOST
+        self.store.set_state(job_id, JobState.SUSPENDED, why, now=now, cause=lost)
+        self.store.set_devices(job_id, [], why, now=now, cause=lost)
         self.store.set_state(job_id, JobState.QUEUED, reason, now=now, restart=restart)
 
     async def close(self) -> None:

@@ -6,51 +6,59 @@ row with an increasing id, so a client that reconnects resumes from the last id 
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Float,
     ForeignKey,
     Index,
     Integer,
     String,
-    create_engine,
     delete,
-    event,
     func,
     insert,
     or_,
     select,
     text,
 )
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import DatabaseError
+from sqlalchemy.exc import DatabaseError, DBAPIError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from .models import InvalidTransition, Job, JobSpec, JobState, check_transition
+from .database import FreeText, StoreError, open_engine, said, shown, writer
+from .models import (
+    ChangeCause,
+    InvalidTransition,
+    Job,
+    JobConflict,
+    JobSpec,
+    JobState,
+    check_transition,
+)
+from .reconnect import Reconnect, lost_connection, retried
+from .triggers import Trigger
 from .usage import ACCOUNTED_KINDS
 
 SCHEMA_VERSION = 3
 # How to bring a database of each older version one version up, in one transaction each; the
-# rows already stored stay as they are.
+# rows already stored stay as they are. Each statement is one that SQLite and PostgreSQL both take.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
-        "ALTER TABLE edt_jobs ADD COLUMN elastic BOOLEAN NOT NULL DEFAULT 0",
+        "ALTER TABLE edt_jobs ADD COLUMN elastic BOOLEAN NOT NULL DEFAULT FALSE",
         "ALTER TABLE edt_jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0",
     ),
     2: ("ALTER TABLE edt_jobs ADD COLUMN deleted FLOAT",),
 }
-
-
-class StoreError(RuntimeError):
-    """The database cannot be used as it is; the message says what to do."""
+#: Ids and offsets that may pass 2**31 (events of a long-lived service, a large events file):
+#: PostgreSQL's BIGINT, and SQLite's INTEGER, which is 64 bits and, as a primary key, the row id.
+BIG = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class UnknownJob(KeyError):
@@ -72,9 +80,9 @@ class JobRow(Base):
     __tablename__ = "edt_jobs"
     id: Mapped[str] = mapped_column(String, primary_key=True)
     user: Mapped[str] = mapped_column(String, index=True)
-    name: Mapped[str] = mapped_column(String)
+    name: Mapped[str] = mapped_column(FreeText)
     state: Mapped[str] = mapped_column(String, index=True)
-    reason: Mapped[str] = mapped_column(String, default="")
+    reason: Mapped[str] = mapped_column(FreeText, default="")
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     min_gpus: Mapped[int] = mapped_column(Integer)
     max_gpus: Mapped[int] = mapped_column(Integer)
@@ -124,11 +132,36 @@ class UserRow(Base):
     seen: Mapped[float] = mapped_column(Float)
 
 
+class ConfigChangeRow(Base):
+    """A change of the live settings (``jobs/liverules.py``): who made it, how (the admin
+    API, a reload of the config file) and each setting's old and new value. No job owns it,
+    so it is not in the jobs' event log; administrators read it (GET /edt/api/v1/admin/config).
+    A new table: an older database gets it when the service starts, with no migration."""
+
+    __tablename__ = "edt_config_changes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float)
+    #: The administrator who asked; None for a reload (SIGHUP names no one).
+    user: Mapped[str | None] = mapped_column(String, nullable=True)
+    source: Mapped[str] = mapped_column(String)
+    changes: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "time": self.time,
+            "kind": "config",
+            "user": self.user,
+            "source": self.source,
+            "changes": self.changes,
+        }
+
+
 class EventRow(Base):
     __tablename__ = "edt_events"
     # Accounting reads the state and allocation events of a time range (`usage_events`).
     __table_args__ = (Index("ix_edt_events_kind_time", "kind", "time"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(BIG, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("edt_jobs.id"), index=True)
     time: Mapped[float] = mapped_column(Float)
     kind: Mapped[str] = mapped_column(String)
@@ -150,7 +183,7 @@ NOT_DELETED = JobRow.deleted.is_(None)
 
 class MetricRow(Base):
     __tablename__ = "edt_metrics"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(BIG, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("edt_jobs.id"), index=True)
     time: Mapped[float] = mapped_column(Float)
     values: Mapped[dict[str, Any]] = mapped_column(JSON)
@@ -167,22 +200,39 @@ class ReadPositionRow(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("edt_jobs.id"), primary_key=True)
     #: relative to the job's directory
     path: Mapped[str] = mapped_column(String, primary_key=True)
-    offset: Mapped[int] = mapped_column(Integer)
+    offset: Mapped[int] = mapped_column(BIG)
 
 
 class JobStore:
     """All reads and writes of job records. Each method is one transaction; after each
     committed change the store calls its listeners (the live feed publishes then), so no
-    caller can forget to announce a change."""
+    caller can forget to announce a change. A transaction whose connection is lost runs again
+    (`@retried`), so a database that restarts costs a pause, not a change (reconnect.py).
+    SQLite and PostgreSQL take the same queries (database.py keeps what differs)."""
 
-    def __init__(self, url: str, *, metrics_cap: int = 10_000) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        metrics_cap: int = 10_000,
+        log: logging.Logger | None = None,
+        reconnect_s: float = 30.0,
+    ) -> None:
+        """`log`: where a lost database connection is told (the service's log);
+        `reconnect_s`: how long a transaction is tried again while the database cannot be
+        reached (`Reconnect`), the service's event loop waiting meanwhile."""
         if metrics_cap < 4:
             raise ValueError(f"metrics_cap must be at least 4, got {metrics_cap}.")
         self.url = url
         self.metrics_cap = metrics_cap
-        self.engine = _open_engine(url)
+        self.engine = open_engine(url)
+        self.reconnect = Reconnect(
+            shown(url), log or logging.getLogger(__name__), patience_s=reconnect_s
+        )
         self._unchecked: dict[str, int] = {}  # metric records added since the last trim
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+        # Every write transaction takes the database's write lock first (database.py).
+        self._write = sessionmaker(writer(self.engine), expire_on_commit=False)
         self._listeners: list[Callable[[], None]] = []
         self._prepare()
 
@@ -193,35 +243,51 @@ class JobStore:
     @contextmanager
     def _change(self) -> Iterator[Session]:
         """A write transaction; once it has committed, the listeners hear of it."""
-        with self._session.begin() as s:
+        with self._write.begin() as s:
             yield s
         for listener in self._listeners:
             listener()
 
     def _prepare(self) -> None:
         try:
-            Base.metadata.create_all(self.engine)
-            for index in EventRow.__table__.indexes:  # added to a table an older version made
-                index.create(self.engine, checkfirst=True)
-            with self._session.begin() as s:
-                version = s.get(Meta, "schema_version")
-                if version is None:
-                    s.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
-                elif int(version.value) in MIGRATIONS:
-                    for old in range(int(version.value), SCHEMA_VERSION):
-                        for statement in MIGRATIONS[old]:
-                            s.execute(text(statement))
-                    version.value = str(SCHEMA_VERSION)
-                elif int(version.value) != SCHEMA_VERSION:
-                    raise StoreError(
-                        f"The job database {self.url} has schema version {version.value}; "
-                        f"this jupyter-edt needs {SCHEMA_VERSION}."
-                    )
+            self.reconnect.call(self._prepare_schema)
         except DatabaseError as err:
+            if isinstance(err, DBAPIError) and lost_connection(err):
+                raise StoreError(
+                    f"The job database {self.reconnect.database} cannot be reached, tried for "
+                    f"{self.reconnect.patience_s:g} s: {said(err)}"
+                ) from err
+            advice = (
+                "move it aside to start with an empty one, or restore a backup"
+                if self.engine.dialect.name == "sqlite"
+                else "check that the URL names its database, and that its role may create "
+                "tables there"
+            )
             raise StoreError(
-                f"The job database {self.url} cannot be read ({err.orig}). It is left "
-                "untouched: move it aside to start with an empty one, or restore a backup."
+                f"The job database {self.reconnect.database} cannot be read ({said(err)}). It "
+                f"is left untouched: {advice}."
             ) from err
+
+    def _prepare_schema(self) -> None:
+        """Create the tables, or bring an older version's up to this one, in one write
+        transaction: two services starting at once on one database take turns."""
+        with self._write.begin() as s:
+            Base.metadata.create_all(s.connection())
+            for index in EventRow.__table__.indexes:  # added to a table an older version made
+                index.create(s.connection(), checkfirst=True)
+            version = s.get(Meta, "schema_version")
+            if version is None:
+                s.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
+            elif int(version.value) in MIGRATIONS:
+                for old in range(int(version.value), SCHEMA_VERSION):
+                    for statement in MIGRATIONS[old]:
+                        s.execute(text(statement))
+                version.value = str(SCHEMA_VERSION)
+            elif int(version.value) != SCHEMA_VERSION:
+                raise StoreError(
+                    f"The job database {self.reconnect.database} has schema version "
+                    f"{version.value}; this jupyter-edt needs {SCHEMA_VERSION}."
+                )
 
     def close(self) -> None:
         self.engine.dispose()
@@ -229,9 +295,16 @@ class JobStore:
     # jobs ---------------------------------------------------------------------------------
 
     def create_job(self, user: str, spec: JobSpec, *, now: float | None = None) -> Job:
+        """Record a submitted job, QUEUED. Its id is drawn before the first attempt: an
+        attempt whose commit took although its answer was lost with the connection is found
+        again by the next (`Reconnect`), not recorded twice."""
         now = time.time() if now is None else now
+        return self._add_job(uuid.uuid4().hex[:12], user, spec, now)
+
+    @retried
+    def _add_job(self, job_id: str, user: str, spec: JobSpec, now: float) -> Job:
         job = JobRow(
-            id=uuid.uuid4().hex[:12],
+            id=job_id,
             user=user,
             name=spec.name or "job",
             state=JobState.QUEUED.value,
@@ -249,15 +322,20 @@ class JobStore:
             restarts=0,
         )
         with self._change() as s:
+            stored = s.get(JobRow, job_id)
+            if stored is not None:
+                return stored.to_job()
             s.add(job)
             s.flush()
             s.add(_event(job.id, now, "state", {"state": job.state, "reason": "submitted"}))
         return job.to_job()
 
+    @retried
     def get_job(self, job_id: str) -> Job:
         with self._session() as s:
             return self._row(s, job_id).to_job()
 
+    @retried
     def list_jobs(
         self, *, user: str | None = None, states: Iterable[JobState] | None = None
     ) -> list[Job]:
@@ -269,6 +347,25 @@ class JobStore:
         with self._session() as s:
             return [row.to_job() for row in s.scalars(query)]
 
+    @retried
+    def count_jobs(self) -> dict[tuple[JobState, str], int]:
+        """How many jobs are in each state, by kind (`JobSpec.kind`), in one query however
+        many jobs the store holds (the metrics ask at every scrape)."""
+        kind = JobRow.spec["kind"].as_string()
+        surface = JobRow.spec["surface"].as_string()  # absent: stored before jobs had kinds
+        query = (
+            select(JobRow.state, kind, surface, func.count())
+            .where(NOT_DELETED)
+            .group_by(JobRow.state, kind, surface)
+        )
+        out: dict[tuple[JobState, str], int] = {}
+        with self._session() as s:
+            for state, named, stored_surface, n in s.execute(query):
+                key = (JobState(state), named if stored_surface is not None else "elastic")
+                out[key] = out.get(key, 0) + n
+        return out
+
+    @retried
     def delete_job(self, job_id: str, *, now: float | None = None) -> Job:
         """Remove the job, in one transaction; returns the record as it was. The caller stops
         the job first (``JobService.delete``).
@@ -292,6 +389,7 @@ class JobStore:
         self._unchecked.pop(job_id, None)
         return job
 
+    @retried
     def set_state(
         self,
         job_id: str,
@@ -300,8 +398,10 @@ class JobStore:
         *,
         now: float | None = None,
         restart: bool = False,
+        cause: ChangeCause | None = None,
     ) -> Job:
-        """Move a job to `state`, checked against the lifecycle, and record why. `restart`
+        """Move a job to `state`, checked against the lifecycle, and record why (`reason` for
+        people, `cause` for machines: the metrics count lost drivers by it). `restart`
         counts the move as one of the job's restarts after its driver died.
 
         A job that starts is rigid until its new processes announce the elastic runtime."""
@@ -313,6 +413,8 @@ class JobStore:
             job.reason = reason
             job.updated = now
             data: dict[str, Any] = {"state": state.value, "reason": reason}
+            if cause is not None:
+                data["cause"] = cause.value
             if state == JobState.STARTING:
                 job.elastic = False
                 data["elastic"] = False
@@ -322,11 +424,13 @@ class JobStore:
             if state.terminal:
                 job.finished = now
                 if job.devices:
-                    s.add(_event(job_id, now, "allocation", {"devices": [], "reason": reason}))
+                    ended = {"devices": [], "reason": reason, "cause": ChangeCause.END.value}
+                    s.add(_event(job_id, now, "allocation", ended))
                 job.devices = []
             s.add(_event(job_id, now, "state", data))
             return job.to_job()
 
+    @retried
     def set_waiting_reason(self, job_id: str, reason: str, *, now: float | None = None) -> Job:
         """Say why a queued job still waits (a quota, say): recorded as a state event of the
         same state when the reason changes, so the feed and the sidebar show it."""
@@ -341,6 +445,7 @@ class JobStore:
                 s.add(_event(job_id, now, "state", {"state": job.state, "reason": reason}))
             return job.to_job()
 
+    @retried
     def set_elastic(self, job_id: str, reason: str, *, now: float | None = None) -> Job:
         """The job's program announced the elastic runtime: from now on it can be resized."""
         now = time.time() if now is None else now
@@ -352,6 +457,7 @@ class JobStore:
                 s.add(_event(job_id, now, "elastic", {"elastic": True, "reason": reason}))
             return job.to_job()
 
+    @retried
     def record_restart(
         self, job_id: str, restart: Mapping[str, Any], message: str, *, now: float | None = None
     ) -> dict[str, Any]:
@@ -374,6 +480,7 @@ class JobStore:
             s.add(_event(job_id, now, "restart", data))
         return data
 
+    @retried
     def record_formed(
         self,
         job_id: str,
@@ -416,20 +523,35 @@ class JobStore:
             s.add(_event(job_id, now, "formed", data))
             return data
 
+    @retried
     def set_devices(
-        self, job_id: str, devices: Sequence[str], reason: str, *, now: float | None = None
+        self,
+        job_id: str,
+        devices: Sequence[str],
+        reason: str,
+        *,
+        now: float | None = None,
+        cause: ChangeCause | None = None,
+        trigger: Trigger | None = None,
     ) -> Job:
+        """Give the job `devices`: an `allocation` event when they differ from what it holds,
+        saying why (`reason` for people, `cause` for machines: the metrics count rescales by
+        it; `trigger`: what in the cluster prompted it, which the allocation timeline shows)."""
         now = time.time() if now is None else now
         with self._change() as s:
             job = self._row(s, job_id)
             if list(devices) != list(job.devices):
                 job.devices = list(devices)
                 job.updated = job.rescaled = now
-                s.add(
-                    _event(job_id, now, "allocation", {"devices": list(devices), "reason": reason})
-                )
+                data: dict[str, Any] = {"devices": list(devices), "reason": reason}
+                if cause is not None:
+                    data["cause"] = cause.value
+                if trigger is not None:
+                    data["trigger"] = trigger.value
+                s.add(_event(job_id, now, "allocation", data))
             return job.to_job()
 
+    @retried
     def update_limits(
         self,
         job_id: str,
@@ -448,8 +570,9 @@ class JobStore:
             changes: dict[str, int] = {}
             if max_gpus is not None:
                 if max_gpus < job.min_gpus:
-                    raise ValueError(
-                        f"max_gpus must be at least the job's min_gpus ({job.min_gpus})."
+                    raise JobConflict(
+                        f"max_gpus must be at least the job's min_gpus ({job.min_gpus}).",
+                        "max_gpus",
                     )
                 job.max_gpus = changes["max_gpus"] = max_gpus
             if priority is not None:
@@ -461,13 +584,14 @@ class JobStore:
 
     # users --------------------------------------------------------------------------------
 
+    @retried
     def note_user(
         self, name: str, groups: Sequence[str], admin: bool, *, now: float | None = None
     ) -> bool:
         """Record what the identity provider says of `name`; True when that changed."""
         now = time.time() if now is None else now
         groups = list(dict.fromkeys(groups))
-        with self._session.begin() as s:  # not a job change: the feed need not hear of it
+        with self._write.begin() as s:  # not a job change: the feed need not hear of it
             row = s.get(UserRow, name)
             if row is None:
                 s.add(UserRow(name=name, groups=groups, admin=admin, seen=now))
@@ -477,13 +601,41 @@ class JobStore:
             row.groups, row.admin, row.seen = groups, admin, now
             return True
 
+    @retried
     def users(self) -> dict[str, tuple[list[str], bool]]:
         """Every user seen: their groups and whether they were an administrator."""
         with self._session() as s:
             return {r.name: (list(r.groups), bool(r.admin)) for r in s.scalars(select(UserRow))}
 
+    # live settings ------------------------------------------------------------------------
+
+    @retried
+    def record_config_change(
+        self,
+        user: str | None,
+        source: str,
+        changes: list[dict[str, Any]],
+        *,
+        now: float | None = None,
+    ) -> dict[str, Any]:
+        """Record a change of the live settings (`ConfigChangeRow`); the record as stored."""
+        now = time.time() if now is None else now
+        with self._write.begin() as s:  # no job's event: the feed need not hear of it
+            row = ConfigChangeRow(time=now, user=user, source=source, changes=changes)
+            s.add(row)
+            s.flush()
+            return row.to_dict()
+
+    @retried
+    def config_changes(self, *, limit: int = 50) -> list[dict[str, Any]]:
+        """The latest changes of the live settings, newest first."""
+        query = select(ConfigChangeRow).order_by(ConfigChangeRow.id.desc()).limit(limit)
+        with self._session() as s:
+            return [row.to_dict() for row in s.scalars(query)]
+
     # events and metrics -------------------------------------------------------------------
 
+    @retried
     def events(
         self,
         *,
@@ -508,6 +660,7 @@ class JobStore:
         with self._session() as s:
             return [{**row.to_dict(), "user": owner} for row, owner in s.execute(query)]
 
+    @retried
     def last_event_id(self) -> int:
         with self._session() as s:
             return s.scalar(select(func.max(EventRow.id))) or 0
@@ -517,6 +670,7 @@ class JobStore:
     ) -> None:
         self.add_metrics_many({job_id: records}, now=now)
 
+    @retried
     def add_metrics_many(
         self,
         batches: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -582,6 +736,7 @@ class JobStore:
         if rows:
             s.execute(insert(ReadPositionRow.__table__), rows)
 
+    @retried
     def read_positions(self, job_id: str) -> dict[str, int]:
         """How far each of the job's metric files has been read, as of its stored records."""
         with self._session() as s:
@@ -604,6 +759,7 @@ class JobStore:
             older = ids[: len(ids) - self.metrics_cap // 4]
             s.execute(delete(MetricRow).where(MetricRow.id.in_(older[1::2])))
 
+    @retried
     def metrics(self, job_id: str, *, after: int = 0, limit: int = 10_000) -> list[dict[str, Any]]:
         query = (
             select(MetricRow)
@@ -615,6 +771,7 @@ class JobStore:
             self._row(s, job_id)
             return [row.to_dict() for row in s.scalars(query)]
 
+    @retried
     def latest_metrics(self, job_id: str, types: Iterable[str]) -> list[dict[str, Any]]:
         """The newest record of each of these types (``values["type"]``) the job has: what a
         later reading of the job's event files must not take again."""
@@ -633,6 +790,7 @@ class JobStore:
 
     # accounting ---------------------------------------------------------------------------
 
+    @retried
     def usage_events(
         self, since: float, until: float, *, user: str | None = None
     ) -> list[dict[str, Any]]:
@@ -666,6 +824,33 @@ class JobStore:
                 for id_, job_id, t, kind, data, u, n in s.execute(query)
             ]
 
+    @retried
+    def allocation_events(self, since: float, until: float) -> list[dict[str, Any]]:
+        """What the allocation timeline of [since, until] reads (``jobs/allocations.py``), in
+        the order it was recorded: the allocation events within the range, and every earlier
+        one of each job alive at `since` (what it held then, and since when). Each names the
+        job's owner as `user` and its `name`; a deleted job's count too (it held the devices)."""
+        alive = select(JobRow.id).where(
+            JobRow.created <= since, or_(JobRow.finished.is_(None), JobRow.finished > since)
+        )
+        wanted = (
+            (EventRow.kind == "allocation")
+            & (EventRow.time <= until)
+            & or_(EventRow.time > since, EventRow.job_id.in_(alive))
+        )
+        columns = (EventRow.id, EventRow.job_id, EventRow.time, EventRow.data)
+        query = (
+            select(*columns, JobRow.user, JobRow.name)
+            .join(JobRow, JobRow.id == EventRow.job_id)
+            .where(wanted)
+            .order_by(EventRow.id)
+        )
+        with self._session() as s:
+            return [
+                {"id": id_, "job_id": job_id, "time": t, **data, "user": u, "name": n}
+                for id_, job_id, t, data, u, n in s.execute(query)
+            ]
+
     @staticmethod
     def _row(s: Session, job_id: str) -> JobRow:
         job = s.get(JobRow, job_id)
@@ -692,32 +877,3 @@ def _same_report(
 
 def _event(job_id: str, now: float, kind: str, data: dict[str, Any]) -> EventRow:
     return EventRow(job_id=job_id, time=now, kind=kind, data=data)
-
-
-def _open_engine(url: str) -> Engine:
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        path = Path(parsed.database)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists() and path.stat().st_size > 0:
-            with path.open("rb") as f:
-                if f.read(16) != b"SQLite format 3\x00":
-                    raise StoreError(
-                        f"The job database {path} is not an SQLite database. It is left "
-                        "untouched: move it aside to start with an empty one, or restore a backup."
-                    )
-    engine = create_engine(url)
-    if parsed.get_backend_name() == "sqlite":
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA journal_mode=WAL")
-            # With WAL, NORMAL cannot corrupt the database; only a power loss may undo the
-            # last commits (metrics of a fraction of a second). FULL would fsync every commit,
-            # on the event loop, several times a second.
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.close()
-
-    return engine

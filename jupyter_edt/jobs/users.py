@@ -36,13 +36,26 @@ class UserDirectory:
         *,
         admin_users: Iterable[str] = (),
         groups: Mapping[str, Sequence[str]] | None = None,
+        admin_groups: Iterable[str] = (),
     ) -> None:
         self.store = store
-        self.admin_users = frozenset(admin_users)
-        self.configured_groups = {user: tuple(g) for user, g in (groups or {}).items()}
+        self.configure(admin_users=admin_users, admin_groups=admin_groups, groups=groups)
         self._seen: dict[str, tuple[tuple[str, ...], bool]] = {
             name: (tuple(g), admin) for name, (g, admin) in store.users().items()
         }
+
+    def configure(
+        self,
+        *,
+        admin_users: Iterable[str],
+        admin_groups: Iterable[str],
+        groups: Mapping[str, Sequence[str]] | None,
+    ) -> None:
+        """What the deployment says (at the start, and at each change of the live settings,
+        ``liverules.py``): its administrators, by name or group, and groups of users."""
+        self.admin_users = frozenset(admin_users)
+        self.admin_groups = frozenset(admin_groups)
+        self.configured_groups = {user: tuple(g) for user, g in (groups or {}).items()}
 
     def note(self, identity: Identity) -> None:
         """Remember what the provider says of a caller; the store is written only on change."""
@@ -52,8 +65,11 @@ class UserDirectory:
             self._seen[identity.name] = said
 
     def is_admin(self, name: str) -> bool:
-        """Named in the configuration, or an administrator the last time the provider said."""
-        return name in self.admin_users or self._seen.get(name, ((), False))[1]
+        """Named in the configuration, in one of its `admin_groups`, or an administrator the
+        last time the provider said."""
+        if name in self.admin_users or self._seen.get(name, ((), False))[1]:
+            return True
+        return bool(self.admin_groups) and not self.admin_groups.isdisjoint(self.groups_of(name))
 
     def groups_of(self, name: str) -> tuple[str, ...]:
         heard = self._seen.get(name, ((), False))[0]

@@ -372,7 +372,12 @@ class EDTClient:
         return Job(self, self.request("GET", _job_path(job_id), job_id=job_id))
 
     def cancel(self, job_id: str) -> Job:
-        """Stop the job's processes and free its devices."""
+        """Stop the job's processes and free its devices; the job stays, CANCELLED."""
+        return Job(self, self.request("POST", _job_path(job_id) + "/cancel", job_id=job_id))
+
+    def delete(self, job_id: str) -> Job:
+        """Remove the job (stopped first if it has not ended) with its logs and results; its
+        GPU-seconds stay in the usage report. Returns its last record."""
         return Job(self, self.request("DELETE", _job_path(job_id), job_id=job_id))
 
     def set_priority(self, job_id: str, priority: int) -> Job:
@@ -477,6 +482,11 @@ class Job:
 
     def cancel(self) -> Job:
         return self._replace(self.client.cancel(self.id))
+
+    def delete(self) -> Job:
+        """Remove the job from the server (see `EDTClient.delete`); this object keeps its
+        last record."""
+        return self._replace(self.client.delete(self.id))
 
     def set_priority(self, priority: int) -> Job:
         return self._replace(self.client.set_priority(self.id, priority))

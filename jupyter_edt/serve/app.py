@@ -26,6 +26,7 @@ from ..launch.accounts import Account, lookup_account
 from ..version import __version__
 from .auth import Authenticator, HubAuthenticator, TokenFileAuthenticator
 from .front import HealthHandler, ServiceFront, ServiceSocketFront
+from .reload import reload_live_settings
 
 
 class EDTService(JobHost, Application):
@@ -168,7 +169,8 @@ class EDTService(JobHost, Application):
         )
 
     async def serve(self) -> None:
-        """Run until SIGTERM or SIGINT; the jobs keep running for the next start."""
+        """Run until SIGTERM or SIGINT; the jobs keep running for the next start. SIGHUP
+        reloads the settings that change live (``reload.py``)."""
         self.check()
         if self.run_as_users:
             self._warn_unreachable()
@@ -187,12 +189,19 @@ class EDTService(JobHost, Application):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        reloads: set[asyncio.Task[object]] = set()  # held until done
+        loop.add_signal_handler(signal.SIGHUP, self._reload_soon, reloads)
         try:
             await stop.wait()
         finally:
             server.stop()
             await self.stop_job_service()
             self.log.info("jupyter-edt: stopped; running jobs are taken up at the next start")
+
+    def _reload_soon(self, reloads: set[asyncio.Task[object]]) -> None:
+        task = asyncio.ensure_future(reload_live_settings(self, self.job_service.live))
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
 
     def start(self) -> None:
         asyncio.run(self.serve())

@@ -11,6 +11,7 @@ import json
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,17 @@ class Authenticator(LoggingConfigurable):
         """The caller the token names; None for a token nobody issued. AccessDenied for a
         valid token that does not grant the use of the service."""
         raise NotImplementedError
+
+    async def authenticate_scraper(
+        self, token: str, is_admin: Callable[[str], bool]
+    ) -> Identity | None:
+        """The caller, if the token may read the service's metrics (they name every user):
+        here, an administrator's (as its provider says, or `is_admin`: as the service's own
+        configuration does). None for a token nobody issued; AccessDenied for another."""
+        identity = await self.authenticate(token)
+        if identity is not None and not (identity.admin or is_admin(identity.name)):
+            raise AccessDenied(f"{identity.name} may not read the metrics: administrators do.")
+        return identity
 
     def check(self) -> None:
         """Refuse to start (ValueError, naming the option) when the configuration is incomplete."""
@@ -71,6 +83,14 @@ class HubAuthenticator(Authenticator):
         config=True,
         help="Hub groups whose members are administrators here.",
     )
+    metrics_scope = Unicode(
+        "read:metrics",
+        config=True,
+        help="The scope that lets a token read the service's metrics (GET "
+        "/edt/api/v1/metrics), as administrators may: JupyterHub's own, so that the token "
+        "Prometheus scrapes the Hub's /hub/metrics with scrapes the service too. It need not "
+        "grant the use of the service.",
+    )
     hub_admins = Bool(
         True,
         config=True,
@@ -102,7 +122,8 @@ class HubAuthenticator(Authenticator):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._cache: OrderedDict[str, tuple[float, Identity | None, bool]] = OrderedDict()
+        # token hash -> (when asked, identity, may use the service, may read the metrics)
+        self._cache: OrderedDict[str, tuple[float, Identity | None, bool, bool]] = OrderedDict()
 
     def check(self) -> None:
         if not self.api_url:
@@ -112,23 +133,40 @@ class HubAuthenticator(Authenticator):
             )
 
     async def authenticate(self, token: str) -> Identity | None:
-        key = hashlib.sha256(token.encode()).hexdigest()
-        now = time.monotonic()
-        cached = self._cache.get(key)
-        if cached is None or now - cached[0] > self.cache_max_age:
-            model = await self._ask_hub(token)
-            cached = (now, *self._judge(model)) if model is not None else (now, None, False)
-            self._cache[key] = cached
-            while len(self._cache) > self.CACHE_SIZE:
-                self._cache.popitem(last=False)
-        self._cache.move_to_end(key)
-        _, identity, allowed = cached
+        identity, allowed, _ = await self._judged(token)
         if identity is not None and not allowed:
             raise AccessDenied(
                 f"The token of {identity.name} does not grant {self.access_scope}: ask the "
                 "Hub's administrator for access to this service."
             )
         return identity
+
+    async def authenticate_scraper(
+        self, token: str, is_admin: Callable[[str], bool]
+    ) -> Identity | None:
+        """An administrator's token, or one with `metrics_scope` (a Prometheus service's)."""
+        identity, _, scraper = await self._judged(token)
+        if identity is not None and not (scraper or is_admin(identity.name)):
+            raise AccessDenied(
+                f"The token of {identity.name} does not grant {self.metrics_scope}, and "
+                "only that scope and administrators read the metrics."
+            )
+        return identity
+
+    async def _judged(self, token: str) -> tuple[Identity | None, bool, bool]:
+        """Whose the token is, whether it may use the service and read its metrics: the
+        Hub's answer, cached."""
+        key = hashlib.sha256(token.encode()).hexdigest()
+        now = time.monotonic()
+        cached = self._cache.get(key)
+        if cached is None or now - cached[0] > self.cache_max_age:
+            model = await self._ask_hub(token)
+            judged = self._judge(model) if model is not None else (None, False, False)
+            cached = self._cache[key] = (now, *judged)
+            while len(self._cache) > self.CACHE_SIZE:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(key)
+        return cached[1:]
 
     async def _ask_hub(self, token: str) -> dict[str, Any] | None:
         request = HTTPRequest(
@@ -144,7 +182,7 @@ class HubAuthenticator(Authenticator):
             raise
         return json.loads(response.body)
 
-    def _judge(self, model: dict[str, Any]) -> tuple[Identity, bool]:
+    def _judge(self, model: dict[str, Any]) -> tuple[Identity, bool, bool]:
         scopes = set(model.get("scopes", []))
         groups = tuple(model.get("groups") or ())
         admin = bool(
@@ -153,7 +191,8 @@ class HubAuthenticator(Authenticator):
             or (self.hub_admins and model.get("admin"))
         )
         allowed = admin or bool({self.access_scope, "access:services"} & scopes)
-        return Identity(model["name"], groups=groups, admin=admin), allowed
+        scraper = admin or bool(self.metrics_scope and self.metrics_scope in scopes)
+        return Identity(model["name"], groups=groups, admin=admin), allowed, scraper
 
 
 class TokenFileAuthenticator(Authenticator):

@@ -31,6 +31,14 @@ def request_token(request: Any) -> str | None:
     return values[-1].decode("utf-8", "replace") if values else None
 
 
+def _token(request: Any) -> str:
+    """The request's token; 401 without one."""
+    token = request_token(request)
+    if token is None:
+        raise APIError(401, "A token is needed: send 'Authorization: token <your token>'.")
+    return token
+
+
 class _TokenIdentity:
     credentials: Credentials | None = None
 
@@ -41,10 +49,20 @@ class _TokenIdentity:
             raise APIError(401, str(err)) from err
         if self.credentials is not None:
             return await self._wmla_identity(self.credentials)
-        token = request_token(self.request)
-        if token is None:
-            raise APIError(401, "A token is needed: send 'Authorization: token <your token>'.")
-        identity = await self._token_owner(token)
+        identity = await self._token_owner(_token(self.request))
+        if identity is None:
+            raise APIError(403, "The token is not valid here.")
+        return identity
+
+    async def identify_scraper(self: Any) -> Identity:
+        """Who may read the metrics: the authenticator says (`authenticate_scraper`), with
+        the service's own administrators (`admin_users`)."""
+        auth: Authenticator = self.settings["edt_auth"]
+        admin = self.service.is_admin
+        try:
+            identity = await auth.authenticate_scraper(_token(self.request), admin)
+        except AccessDenied as err:
+            raise APIError(403, str(err)) from err
         if identity is None:
             raise APIError(403, "The token is not valid here.")
         return identity

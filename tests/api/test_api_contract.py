@@ -110,6 +110,7 @@ async def test_a_path_under_wmlas_roots_that_names_no_operation_answers_a_json_4
         ("PUT", ("v1", "jobs"), "GET, POST"),
         ("DELETE", ("v1", "cluster"), "GET"),
         ("POST", ("v1", "jobs", "0123456789ab"), "GET, PATCH, DELETE"),
+        ("GET", ("v1", "jobs", "0123456789ab", "cancel"), "POST"),
         ("PATCH", ("wmla", "v1", "execs", "x"), "GET, DELETE"),
     ],
 )

@@ -1,18 +1,26 @@
-"""The API fuzzed from its own contract (issue 11): schemathesis reads the OpenAPI document that
-a live server serves (GET /edt/api/v1/openapi.json), generates requests from it and checks
-every answer with every check it has, through all its phases: the document's examples,
-coverage of each schema's edges, random fuzzing, and the stateful phase, which follows the
-document's links from POST /v1/jobs and POST /wmla/v1/execs to the job and exec paths. It
-acts as two users, alice and bob, so that one's jobs are also checked to be out of the other's
-reach. The run must end with no failure.
+"""The API fuzzed from its own contract (issues 11 and 28): schemathesis reads the OpenAPI
+document that a live server serves (GET /edt/api/v1/openapi.json), generates requests from it
+and checks every answer with every check it has, through all its phases: the document's
+examples, coverage of each schema's edges, random fuzzing, and the stateful phase, which
+follows the document's links from POST /v1/jobs and POST /wmla/v1/execs to the job and exec
+paths. The run must end with no failure, and no operation may be left untested for want of a
+caller it admits.
 
-The server is a real `jupyter server` in a subprocess on its own port, with no GPUs: every
-job the fuzzer submits stays QUEUED, so none of its random programs runs and the fuzz costs no
-job process. What the contract cannot say (a file on the server, an archive's contents) is
-taught to the fuzzer in fuzz_hooks.py.
+One document describes both modes, so the fuzz runs against both, one after the other: the
+embedded server (a real `jupyter server` with the extension) and the shared service (a real
+`jupyter edt serve`, callers named by its token file). Each has the same three callers: alice
+and bob, who must not reach each other's jobs (schemathesis' `peers`: its object-level
+authorization check reads alice's job as bob), and root, an administrator (embedded:
+`EDTApp.admin_users`; the service: the token file's `admin`), whom schemathesis calls where
+the others are refused (its identities escalate), so that the administrators' operations are
+exercised too.
+
+Neither server has GPUs: every job the fuzzer submits stays QUEUED, so none of its random
+programs runs and the fuzz costs no job process. What the contract cannot say (a file on the
+server, an archive's contents) is taught to the fuzzer in fuzz_hooks.py, which drops no failure.
 
 Replay a failure with the seed the run prints: EDT_FUZZ_SEED=<seed>. EDT_FUZZ_MAX_EXAMPLES sets
-the cases per operation (default 25: under a minute on two cores).
+the cases per operation (default 25: about a minute a mode on two cores).
 """
 
 from __future__ import annotations
@@ -21,8 +29,8 @@ import json
 import os
 import random
 import re
+import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,13 +41,19 @@ from pathlib import Path
 from urllib.error import URLError
 
 import pytest
+from edtservice import ServiceProcess, free_port
+from multiuser import ADMINS
 from waiting import eventually_sync
 
 HERE = Path(__file__).parent  # fuzz_hooks
 TESTS = HERE.parent  # multiuser (TokenPerUser), waiting
 SEED = int(os.environ.get("EDT_FUZZ_SEED") or random.randrange(2**32))
 MAX_EXAMPLES = int(os.environ.get("EDT_FUZZ_MAX_EXAMPLES") or 25)
-USERS = ("alice", "bob")  # tokens that multiuser.TokenPerUser names users by
+#: The fuzzer's callers, in the order it tries them on an operation: alice and bob must not
+#: reach each other's jobs (`PEERS`); root is an administrator in both modes.
+PEERS = ("alice", "bob")
+(ADMIN,) = ADMINS
+USERS = (*PEERS, ADMIN)
 START_TIMEOUT_S = 90.0
 FUZZ_TIMEOUT_S = 480.0
 STOP_TIMEOUT_S = 20.0
@@ -47,31 +61,41 @@ STOP_TIMEOUT_S = 20.0
 pytestmark = pytest.mark.timeout(START_TIMEOUT_S + FUZZ_TIMEOUT_S + 2 * STOP_TIMEOUT_S + 60)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def with_tests_on_path() -> str:
     """PYTHONPATH for a subprocess that imports multiuser from tests/ or fuzz_hooks from here."""
     return os.pathsep.join(filter(None, [str(HERE), str(TESTS), os.environ.get("PYTHONPATH")]))
 
 
-def fetch(url: str, user: str = "alice") -> dict:
-    request = urllib.request.Request(url, headers={"Authorization": f"token {user}"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
+class APIServer:
+    """A server of the API the fuzzer calls: where it answers, and each user's token."""
+
+    origin: str
+    tokens: dict[str, str]
+
+    @property
+    def api(self) -> str:
+        return f"{self.origin}/edt/api"
+
+    def fetch(self, path: str, user: str) -> dict:
+        """`user`'s GET of `path` below /edt/api, read as JSON."""
+        headers = {"Authorization": f"token {self.tokens[user]}"}
+        request = urllib.request.Request(f"{self.api}{path}", headers=headers)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+    def stop(self) -> None:
+        raise NotImplementedError
 
 
-class Server:
-    """`jupyter server` with only jupyter_edt, no GPUs, and users named by their tokens."""
+class JupyterServer(APIServer):
+    """The embedded mode: `jupyter server` with only jupyter_edt, no GPUs, and users named by
+    their tokens (multiuser.TokenPerUser), root an administrator."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.port = free_port()
         self.origin = f"http://127.0.0.1:{self.port}"
-        self.api = f"{self.origin}/edt/api"
+        self.tokens = {user: user for user in USERS}
         self.log = root / "server.log"
         env = {
             **os.environ,
@@ -93,6 +117,7 @@ class Server:
             '--ServerApp.jpserver_extensions={"jupyter_edt": True}',
             "--EDTApp.devices=virtual",
             "--EDTApp.virtual_gpus=0",
+            f"--EDTApp.admin_users={json.dumps(list(ADMINS))}",
             f"--EDTApp.database_url=sqlite:///{root / 'edt.sqlite'}",
             f"--EDTApp.jobs_dir={root / 'jobs'}",
             *(["--allow-root"] if os.getuid() == 0 else []),
@@ -109,7 +134,7 @@ class Server:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the server exited ({self.process.returncode}):\n{self.tail()}")
             try:
-                fetch(f"{self.api}/v1/user")
+                self.fetch("/v1/user", PEERS[0])
             except (URLError, ConnectionError):
                 return False
             return True
@@ -136,18 +161,59 @@ class Server:
         self.process.wait(5.0)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[Server]:
-    server = Server(tmp_path_factory.mktemp("fuzz-server"))
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
+class SharedService(APIServer):
+    """The shared mode: `jupyter edt serve` (tests/edtservice.py), no GPUs, its callers in a
+    token file (TokenFileAuthenticator), root an administrator there."""
+
+    def __init__(self, root: Path) -> None:
+        self.tokens = {user: secrets.token_hex(16) for user in USERS}
+        root.mkdir(parents=True, exist_ok=True)
+        users = {u: {"tokens": [t], "admin": u in ADMINS} for u, t in self.tokens.items()}
+        tokens_file = root / "tokens.json"
+        tokens_file.write_text(json.dumps(users))
+        tokens_file.chmod(0o600)
+        self.process = ServiceProcess(
+            root,
+            {
+                "authenticator_class": "jupyter_edt.serve.auth.TokenFileAuthenticator",
+                "devices": "virtual",
+                "virtual_gpus": 0,
+                "run_as_users": False,
+                "allow_shared_account": True,
+                "TokenFileAuthenticator.tokens_file": str(tokens_file),
+            },
+        )
+        self.origin = self.process.url.rstrip("/")
+
+    def start(self) -> None:
+        self.process.start()
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+@pytest.fixture(scope="module", params=["embedded", "service"])
+def server(request, tmp_path_factory) -> Iterator[APIServer]:
+    """Each mode's server in turn (pytest ends one before it starts the next)."""
+    root = tmp_path_factory.mktemp(f"fuzz-{request.param}")
+    if request.param == "embedded":
+        embedded = JupyterServer(root)
+        try:
+            embedded.wait_ready()
+            yield embedded
+        finally:
+            embedded.stop()
+    else:
+        service = SharedService(root)
+        try:
+            service.start()
+            yield service
+        finally:
+            service.stop()
 
 
 def test_the_api_holds_to_its_own_contract(server, tmp_path, capsys):
-    document = fetch(f"{server.api}/v1/openapi.json")
+    document = server.fetch("/v1/openapi.json", PEERS[0])
     assert document["servers"][0]["url"] == "/edt/api"
     schema = tmp_path / "openapi.json"
     schema.write_text(json.dumps(flattened(document)))
@@ -158,17 +224,19 @@ def test_the_api_holds_to_its_own_contract(server, tmp_path, capsys):
         json.dumps(
             {
                 "auth": [
-                    {"name": u, "fixedHeaders": [{"name": "Authorization", "value": f"token {u}"}]}
-                    for u in USERS
+                    {"name": u, "fixedHeaders": [{"name": "Authorization", "value": f"token {t}"}]}
+                    for u, t in server.tokens.items()
                 ]
             }
         )
     )
+    config = tmp_path / "schemathesis.toml"  # peers are set only here, not on the command line
+    config.write_text(f"[auth.wfc]\npath = {json.dumps(str(identities))}\npeers = {list(PEERS)}\n")
     dropped = tmp_path / "dropped.tsv"
     command = [
-        sys.executable, "-m", "schemathesis.cli", "run", str(schema),
+        sys.executable, "-m", "schemathesis.cli", "--config-file", str(config),
+        "run", str(schema),
         "--origin", server.origin,
-        "--auth-wfc", str(identities),
         "--checks", "all",
         "--phases", "examples,coverage,fuzzing,stateful",
         "--max-examples", str(MAX_EXAMPLES),
@@ -194,22 +262,26 @@ def test_the_api_holds_to_its_own_contract(server, tmp_path, capsys):
     except subprocess.TimeoutExpired as err:
         output, code = err.stdout or b"", f"none: stopped after {FUZZ_TIMEOUT_S:.0f} s"
     output = output.decode(errors="replace")
+    (tmp_path / "schemathesis.txt").write_text(output)
     elapsed = time.monotonic() - began
     lines = dropped.read_text().splitlines() if dropped.exists() else []
     reasons = Counter(line.split("\t")[0] for line in lines)
     summary = next((line for line in output.splitlines() if "generated" in line), "").strip()
     with capsys.disabled():
         print(
-            f"\napi fuzz: seed {SEED} (replay: EDT_FUZZ_SEED={SEED}), {MAX_EXAMPLES} examples an "
-            f"operation, {elapsed:.0f} s; {summary}; dropped by fuzz_hooks: {dict(reasons)}"
+            f"\napi fuzz ({type(server).__name__}): seed {SEED} (replay: EDT_FUZZ_SEED={SEED}), "
+            f"{MAX_EXAMPLES} examples an operation, {elapsed:.0f} s; {summary}; "
+            f"dropped by fuzz_hooks: {dict(reasons)}"
         )
     assert code == 0, (
         f"schemathesis found failures (exit {code}); replay with EDT_FUZZ_SEED={SEED}\n"
         f"{_failures(output)}"
     )
+    # every operation met a caller it admits (the administrator's included)
+    assert "Authentication failed" not in output, _section(output, "Authentication failed")
     # the fuzz ran no program: every job it submitted is still queued, or was cancelled
     for user in USERS:
-        jobs = fetch(f"{server.api}/v1/jobs", user)["jobs"]
+        jobs = server.fetch("/v1/jobs", user)["jobs"]
         assert {j["state"] for j in jobs} <= {"QUEUED", "CANCELLED"}
         assert not any(j["devices"] for j in jobs)
 
@@ -233,3 +305,9 @@ def _failures(output: str, limit: int = 12000) -> str:
     shown = output[output.rfind("\n", 0, start) + 1 :] if start >= 0 else output
     shown = re.sub(r"((\\x00|.)\2{0,15})\2{16,}", lambda m: f"{m.group(1)}[...]", shown)
     return shown[:limit]
+
+
+def _section(output: str, title: str, limit: int = 4000) -> str:
+    """The report's block that begins with `title`."""
+    start = output.find(title)
+    return output[start : start + limit] if start >= 0 else output[-limit:]

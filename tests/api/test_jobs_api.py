@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from multiuser import api, as_user
+from multiuser import api, as_user, cancel
 from tornado.httpclient import HTTPClientError
 from tornado.websocket import websocket_connect
 
@@ -40,19 +40,40 @@ async def test_submit_then_read_list_patch_and_cancel(jp_fetch):
     )
     assert (patched["priority"], patched["max_gpus"]) == (7, 3)
 
-    cancelled = await api(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
+    cancelled = await cancel(jp_fetch, "alice", job["id"])
     assert cancelled["state"] == "CANCELLED" and cancelled["finished"] is not None
-    code, body = await error(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
+    code, body = await error(
+        jp_fetch, "alice", "jobs", job["id"], "cancel", method="POST", body=""
+    )
     assert code == 403 and "already finished" in body["message"]
+    assert (await api(jp_fetch, "alice", "jobs", job["id"]))["state"] == "CANCELLED"  # kept
+
+
+async def test_delete_removes_a_job_and_a_second_delete_finds_none(jp_fetch):
+    kept = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
+    job = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
+    last = await api(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
+    assert last["id"] == job["id"] and last["state"] == "CANCELLED"  # stopped, then removed
+    for path in ((job["id"],), (job["id"], "logs")):
+        code, answer = await error(jp_fetch, "alice", "jobs", *path)
+        assert code == 404 and job["id"] in answer["message"]
+    assert [j["id"] for j in (await api(jp_fetch, "alice", "jobs"))["jobs"]] == [kept["id"]]
+    code, _ = await error(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
+    assert code == 404
 
 
 async def test_users_see_and_change_only_their_own_jobs(jp_fetch):
     mine = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
     theirs = await api(jp_fetch, "bob", "jobs", method="POST", body=SPEC)
     assert [j["id"] for j in (await api(jp_fetch, "alice", "jobs"))["jobs"]] == [mine["id"]]
-    for method, body in (("GET", None), ("PATCH", {"priority": 1}), ("DELETE", None)):
+    for method, body, more in (
+        ("GET", None, ()),
+        ("PATCH", {"priority": 1}, ()),
+        ("DELETE", None, ()),
+        ("POST", "", ("cancel",)),
+    ):
         code, answer = await error(
-            jp_fetch, "alice", "jobs", theirs["id"], method=method, body=body
+            jp_fetch, "alice", "jobs", theirs["id"], *more, method=method, body=body
         )
         assert code == 404 and theirs["id"] in answer["message"]
     code, _ = await error(jp_fetch, "alice", "jobs", params={"user": "bob"})
@@ -112,6 +133,7 @@ async def test_requests_without_credentials_are_refused(http_server_client, jp_b
         ("jobs", "GET", None),
         ("jobs", "POST", json.dumps(SPEC)),
         ("jobs/0123456789ab", "DELETE", None),
+        ("jobs/0123456789ab/cancel", "POST", ""),
     ):
         with pytest.raises(HTTPClientError) as caught:
             await http_server_client.fetch(
@@ -134,7 +156,7 @@ async def test_events_stream_backlog_then_live_and_resume_from_a_cursor(
     assert live["job_id"] == second["id"] and live["id"] > backlog["id"]
     ws.close()
 
-    await api(jp_fetch, "alice", "jobs", first["id"], method="DELETE")
+    await cancel(jp_fetch, "alice", first["id"])
     ws = await websocket_connect(f"{url}?token=alice&after={live['id']}")
     resumed = json.loads(await ws.read_message())
     assert (resumed["job_id"], resumed["state"]) == (first["id"], "CANCELLED")
@@ -182,7 +204,7 @@ async def test_a_script_is_copied_at_submission(jp_fetch, tmp_path):
 
 async def test_changing_a_finished_job_is_a_conflict_that_changes_nothing(jp_fetch):
     job = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
-    cancelled = await api(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
+    cancelled = await cancel(jp_fetch, "alice", job["id"])
     code, answer = await error(
         jp_fetch, "alice", "jobs", job["id"], method="PATCH", body={"priority": 3}
     )
@@ -193,7 +215,7 @@ async def test_changing_a_finished_job_is_a_conflict_that_changes_nothing(jp_fet
 async def test_events_in_batches_are_the_same_events(jp_fetch, jp_http_port, jp_base_url):
     """`batch=1`: arrays of the events ready at once, the same events as one by one."""
     jobs = [await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC) for _ in range(3)]
-    await api(jp_fetch, "alice", "jobs", jobs[0]["id"], method="DELETE")
+    await cancel(jp_fetch, "alice", jobs[0]["id"])
     url = f"ws://localhost:{jp_http_port}{jp_base_url}edt/api/v1/events?token=alice"
     ws = await websocket_connect(url)
     single = [json.loads(await ws.read_message()) for _ in range(4)]

@@ -24,6 +24,7 @@ import requests
 from edtservice import call
 from hubdeploy import Hub, have_proxy
 from jobprograms import DEADLINE_S, elastic, program
+from scrapes import Scrape
 from tornado import httpclient, websocket
 from unixaccounts import accounts, process_ids, shared_python
 from waiting import eventually, eventually_sync
@@ -136,6 +137,7 @@ def test_a_user_reaches_only_their_own_jobs(hub):
     for method, path in [
         ("GET", f"jobs/{job.id}"),
         ("DELETE", f"jobs/{job.id}"),
+        ("POST", f"jobs/{job.id}/cancel"),
         ("GET", f"jobs/{job.id}/result.zip"),
         ("GET", f"jobs/{job.id}/logs"),
     ]:
@@ -158,6 +160,22 @@ def test_a_token_without_the_access_scope_is_refused(hub):
     assert status == 403 and "access:services!service=edt" in body["message"]
     assert call(url, "GET", "edt/api/v1/jobs", None)[0] == 401
     assert call(url, "GET", "edt/api/v1/jobs", "0" * 32)[0] == 403
+
+
+def test_the_metrics_take_the_hubs_metrics_scope(hub):
+    """The token Prometheus scrapes the Hub's /hub/metrics with (a service's, with
+    read:metrics and nothing else) reads the service's metrics too; so does an administrator
+    (carol, of the edt-admins group), and nobody else."""
+    url = f"{hub.url}services/edt/"
+    assert call(hub.url, "GET", "hub/metrics", hub.metrics_token)[0] == 200
+    status, body, headers = call(url, "GET", "edt/api/v1/metrics", hub.metrics_token)
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    assert Scrape(body.decode()).value("edt_gpus") == 4
+    status, body, _ = call(url, "GET", "edt/api/v1/jobs", hub.metrics_token)
+    assert status == 403 and "access:services!service=edt" in body["message"]
+    status, body, _ = call(url, "GET", "edt/api/v1/metrics", hub.tokens[ALICE])
+    assert status == 403 and "read:metrics" in body["message"]
+    assert call(url, "GET", "edt/api/v1/metrics", hub.tokens[CAROL])[0] == 200
 
 
 async def live_metrics(server: str, token: str, job_id: str, since: float) -> dict:

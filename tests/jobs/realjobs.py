@@ -18,13 +18,16 @@ from jupyter_edt.scheduling.monitor import InventoryMonitor
 from jupyter_edt.scheduling.policy import PolicyName
 
 
-def start_service(tmp_path, policy: PolicyName = "fair-share", **options) -> JobService:
-    """A job service on 2 virtual GPUs with a real runner; `options` go to JobService."""
+def start_service(
+    tmp_path, policy: PolicyName = "fair-share", database_url: str | None = None, **options
+) -> JobService:
+    """A job service on 2 virtual GPUs with a real runner, its store in `tmp_path` (or at
+    `database_url`); `options` go to JobService."""
     runner = DriverRunner(LocalLauncher(), tmp_path / "jobs")
     monitor = InventoryMonitor(VirtualInventory(2))
     monitor.record(monitor.inventory.read(), time.time())
     service = JobService(
-        JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}"),
+        JobStore(database_url or f"sqlite:///{tmp_path / 'edt.sqlite'}"),
         monitor,
         runner,
         policy=policy,

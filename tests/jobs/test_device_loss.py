@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from jobprograms import program
-from multiuser import api, wait_for
+from multiuser import api, cancel, wait_for
 from realjobs import alive, wait_status
 
 from jupyter_edt.runtime.jobdir import JobDir
@@ -94,6 +94,6 @@ async def test_a_vanished_device_is_taken_from_its_job_which_runs_on_and_gets_it
     assert all(grown["pids"][w] == first["pids"][w] for w in kept)
 
     for user, job in (("alice", a), ("bob", b)):
-        assert (await api(jp_fetch, user, "jobs", job["id"], method="DELETE"))["state"] == (
+        assert (await cancel(jp_fetch, user, job["id"]))["state"] == (
             "CANCELLED"
         )

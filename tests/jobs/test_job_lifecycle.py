@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from jobprograms import elastic, program
-from multiuser import api, finished, wait_for
+from multiuser import api, cancel, finished, wait_for
 from realjobs import alive, wait_status
 from waiting import eventually
 
@@ -73,7 +73,7 @@ async def test_cancel_stops_the_driver_and_every_worker(jp_fetch, tmp_path):
     await wait_for(jp_fetch, "alice", job["id"], elastic, "RUNNING")
     status = JobDir(tmp_path / "jobs" / job["id"]).read_status()
     assert status is not None and len(status["workers"]) == 2
-    cancelled = await api(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
+    cancelled = await cancel(jp_fetch, "alice", job["id"])
     assert cancelled["state"] == "CANCELLED" and cancelled["devices"] == []
     assert process_start_time(status["pid"]) is None  # the driver is gone
     pids = worker_pids(tmp_path / "jobs" / job["id"])
@@ -152,7 +152,7 @@ async def test_a_second_user_makes_the_first_job_cede_gpus_in_place_and_get_them
         if kind == "formed":
             assert 0 <= data["pause_s"] < 30 and 0 < data["waited_s"] < 60, data
 
-    cancelled = await api(jp_fetch, "alice", "jobs", a["id"], method="DELETE")
+    cancelled = await cancel(jp_fetch, "alice", a["id"])
     assert cancelled["state"] == "CANCELLED"
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from jobprograms import elastic, program
-from multiuser import api, finished, wait_for
+from multiuser import api, cancel, finished, wait_for
 from realjobs import wait_status
 
 from jupyter_edt.runtime.jobdir import JobDir, process_start_time
@@ -86,7 +86,7 @@ async def test_high_priority_takes_gpus_low_keeps_its_min_or_is_suspended_then_r
         if '"resumed"' in line
     ]
     assert resumes and min(e["global_step"] for e in resumes) > 0  # from the checkpoint
-    await api(jp_fetch, "alice", "jobs", low["id"], method="DELETE")
+    await cancel(jp_fetch, "alice", low["id"])
 
 
 async def test_cancelling_a_job_while_it_checkpoints_for_a_suspension_frees_its_gpus(
@@ -110,7 +110,7 @@ async def test_cancelling_a_job_while_it_checkpoints_for_a_suspension_frees_its_
         body={"code": program(epochs=1), "min_gpus": 4, "max_gpus": 4, "priority": 5},
     )
     assert whole["state"] == "QUEUED"
-    cancelled = await api(jp_fetch, "alice", "jobs", low["id"], method="DELETE")
+    cancelled = await cancel(jp_fetch, "alice", low["id"])
     assert cancelled["state"] == "CANCELLED" and cancelled["devices"] == []
     assert process_start_time(driver) is None
     done = await wait_for(jp_fetch, "bob", whole["id"], finished, "done")

@@ -35,8 +35,8 @@ async def wait_until(service: JobService, job_id: str, condition, what: str):
     )
 
 
-async def test_a_running_job_is_reattached_and_finishes(tmp_path):
-    first = start_service(tmp_path)
+async def test_a_running_job_is_reattached_and_finishes(tmp_path, database_url):
+    first = start_service(tmp_path, database_url=database_url)
     job = await first.submit("alice", JobSpec(code=program(epochs=4, delay=0.02), max_gpus=2))
     await wait_until(first, job.id, elastic, "ran")
     status = JobDir(tmp_path / "jobs" / job.id).read_status()
@@ -44,7 +44,7 @@ async def test_a_running_job_is_reattached_and_finishes(tmp_path):
 
     stale = tmp_path / "jobs" / ".uploads" / "interrupted"
     stale.mkdir(parents=True)  # an upload the old server never finished
-    second = start_service(tmp_path)
+    second = start_service(tmp_path, database_url=database_url)
     outcome = await second.recover()
     assert outcome == {"reattached": [job.id], "resumed": [], "failed": []}
     assert not stale.exists()

@@ -64,7 +64,7 @@ async def test_a_rigid_job_runs_keeps_its_gpus_and_says_it_is_not_elastic(
     with pytest.raises(HTTPClientError) as caught:
         await api(jp_fetch, "alice", "jobs", rigid["id"], method="PATCH", body={"max_gpus": 2})
     answer = json.loads(caught.value.response.body)
-    assert caught.value.code == 400 and answer["field"] == "max_gpus"
+    assert caught.value.code == 409 and answer["field"] == "max_gpus"  # the job refuses it
     assert "rigid" in answer["message"]
     assert (await api(jp_fetch, "alice", "jobs", rigid["id"]))["max_gpus"] == 4
 

@@ -120,9 +120,9 @@ async def test_a_lost_driver_requeues_its_job_from_a_checkpoint_or_fails_it(tmp_
     assert last.endswith("restarted 1 time(s) already, the most allowed")
 
 
-async def test_a_restart_follows_running_jobs_and_requeues_lost_ones(tmp_path):
+async def test_a_restart_follows_running_jobs_and_requeues_lost_ones(tmp_path, database_url):
     runner = FakeRunner(tmp_path / "jobs")
-    first = make_service(tmp_path, runner)
+    first = make_service(tmp_path, runner, database_url=database_url)
     kept = await first.submit("ana", spec(max_gpus=2))
     lost = await first.submit("bo", spec(max_gpus=2))
     await runner.started(kept.id)
@@ -131,7 +131,7 @@ async def test_a_restart_follows_running_jobs_and_requeues_lost_ones(tmp_path):
     await first.close()
     first.store.close()
 
-    second = make_service(tmp_path, runner)
+    second = make_service(tmp_path, runner, database_url=database_url)
     outcome = await second.recover()
     assert outcome == {"reattached": [kept.id], "resumed": [lost.id], "failed": []}
     assert second.get("bo", lost.id).state == JobState.STARTING  # back in line, started again

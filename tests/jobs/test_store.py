@@ -1,4 +1,6 @@
-"""The job store on a real SQLite file through SQLAlchemy."""
+"""The job store through SQLAlchemy, on a real SQLite file and on a real PostgreSQL
+(`database_url`); what only an SQLite file can get wrong, on SQLite alone. Concurrent writers
+and a lost connection are in test_store_concurrency."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import dataclasses
 import sqlite3
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from jupyter_edt.jobs.models import InvalidTransition, JobSpec, JobState, SpecError
 from jupyter_edt.jobs.store import SCHEMA_VERSION, JobStore, StoreError, UnknownJob
@@ -13,12 +16,13 @@ from jupyter_edt.jobs.store import SCHEMA_VERSION, JobStore, StoreError, Unknown
 
 @pytest.fixture
 def db_url(tmp_path):
+    """An SQLite file, for what only a file can get wrong."""
     return f"sqlite:///{tmp_path / 'edt.sqlite'}"
 
 
 @pytest.fixture
-def store(db_url):
-    s = JobStore(db_url, metrics_cap=40)
+def store(database_url):
+    s = JobStore(database_url, metrics_cap=40)
     yield s
     s.close()
 
@@ -27,17 +31,18 @@ def spec(**kw):
     return JobSpec.from_dict({"code": "print(1)", "max_gpus": 2, **kw})
 
 
-def test_jobs_survive_a_restart_with_their_history(db_url):
-    first = JobStore(db_url)
-    job = first.create_job("ana", spec(name="mnist"), now=1.0)
+def test_jobs_survive_a_restart_with_their_history(database_url):
+    first = JobStore(database_url)
+    submitted = 1_796_474_350.2703478  # a time.time(): both databases keep every bit of it
+    job = first.create_job("ana", spec(name="mnist"), now=submitted)
     first.set_state(job.id, JobState.STARTING, "devices free", now=2.0)
     first.set_devices(job.id, ["vgpu0", "vgpu1"], "admitted", now=2.5)
     first.set_state(job.id, JobState.RUNNING, "workers up", now=3.0)
     first.close()
 
-    second = JobStore(db_url)
+    second = JobStore(database_url)
     again = second.get_job(job.id)
-    assert again.state == "RUNNING"
+    assert again.state == "RUNNING" and again.created == submitted
     assert again.devices == ("vgpu0", "vgpu1")
     assert again.spec.code == "print(1)"
     kinds = [(e["kind"], e.get("state"), e.get("devices")) for e in second.events()]
@@ -124,6 +129,27 @@ def test_deleting_a_job_removes_its_record_events_and_metrics_only(store):
     assert {e["job_id"] for e in usage_before} == {gone.id, kept.id}
 
 
+def test_what_one_database_refuses_is_stored_alike_on_every_one(store):
+    """A loss that overflowed (NaN, inf: PostgreSQL's json refuses them) is stored as null, as
+    the runtime writes it; a NUL (PostgreSQL's text refuses it, and its json cannot give a
+    field of a value that holds one), as U+FFFD."""
+    job = store.create_job("ana", spec(name="a\x00b"))
+    record = {"step": 0, "loss": float("nan"), "norms": [float("inf"), 1.0]}
+    store.add_metrics(job.id, [record, {"type": "step\x00", "note": "\\u0000 stays"}])
+    store.set_state(job.id, JobState.FAILED, "its log ends: \x00oops")
+    kept, named = store.metrics(job.id)
+    assert (kept["loss"], kept["norms"]) == (None, [None, 1.0])
+    assert (named["type"], named["note"]) == ("step\ufffd", "\\u0000 stays")
+    (event,) = [e for e in store.events(job_id=job.id) if e["kind"] == "metrics"]
+    assert event["records"][0] == {"step": 0, "loss": None, "norms": [None, 1.0]}
+    again = store.get_job(job.id)
+    assert (again.name, again.spec.name) == ("a\ufffdb", "a\ufffdb")
+    assert again.reason == "its log ends: \ufffdoops"
+    # the queries that read fields of JSON values still work, for this job and the others
+    assert sum(store.count_jobs().values()) == 1
+    assert store.latest_metrics(job.id, ["step\ufffd"]) == [named]
+
+
 def test_unknown_job_is_a_clear_error(store):
     with pytest.raises(UnknownJob, match="No job with id 'nope'"):
         store.get_job("nope")
@@ -162,6 +188,17 @@ def test_a_damaged_sqlite_file_is_refused_and_left_alone(tmp_path, db_url):
     assert path.read_bytes() == bytes(data)
 
 
+def test_a_postgresql_role_that_may_not_create_the_tables_is_told_so(postgresql):
+    url = postgresql.database()
+    role = f"reader_{url.rsplit('_', 1)[-1]}"  # roles are the server's, not the database's
+    engine = create_engine(url)
+    with engine.begin() as db:
+        db.execute(text(f"CREATE ROLE {role} LOGIN"))  # PostgreSQL 15: no CREATE in public
+    engine.dispose()
+    with pytest.raises(StoreError, match=r"permission denied .* may create tables there"):
+        JobStore(url.replace("://edt@", f"://{role}@"))
+
+
 def test_a_missing_database_is_created_with_its_directory(tmp_path):
     path = tmp_path / "deep" / "er" / "edt.sqlite"
     store = JobStore(f"sqlite:///{path}")
@@ -170,33 +207,62 @@ def test_a_missing_database_is_created_with_its_directory(tmp_path):
     assert version == (str(SCHEMA_VERSION),)
 
 
-def test_a_version_1_database_is_upgraded_in_place_keeping_its_jobs(tmp_path):
-    """Version 1 had no `elastic` and `restarts` columns: opening it adds them, rigid and
-    never restarted, and every stored job and event stays as it was."""
-    path = tmp_path / "edt.sqlite"
-    store = JobStore(f"sqlite:///{path}")
+#: How to undo each migration (`MIGRATIONS`): a database of an older version, as it was left.
+UNDO = {
+    2: ("ALTER TABLE edt_jobs DROP COLUMN deleted",),
+    1: (
+        "ALTER TABLE edt_jobs DROP COLUMN elastic",
+        "ALTER TABLE edt_jobs DROP COLUMN restarts",
+    ),
+}
+
+
+def make_older(url: str, version: int) -> None:
+    """Turn the database at `url` into one of schema `version`."""
+    engine = create_engine(url)
+    with engine.begin() as db:
+        for undone in range(SCHEMA_VERSION - 1, version - 1, -1):
+            for statement in UNDO[undone]:
+                db.execute(text(statement))
+        db.execute(text("DROP INDEX ix_edt_events_kind_time"))  # made wherever it is missing
+        db.execute(text("UPDATE edt_meta SET value = :v"), {"v": str(version)})
+    engine.dispose()
+
+
+def schema_version(url: str) -> str:
+    engine = create_engine(url)
+    with engine.connect() as db:
+        version = db.execute(text("SELECT value FROM edt_meta")).scalar_one()
+    engine.dispose()
+    return version
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_database_is_upgraded_in_place_keeping_its_jobs(database_url, version):
+    """Version 1 had no `elastic` and `restarts` columns, version 2 no `deleted`: opening
+    one adds them (rigid, never restarted, not deleted), with statements that SQLite and
+    PostgreSQL both take, and every stored job and event stays as it was."""
+    store = JobStore(database_url)
     job = store.create_job("alice", JobSpec(max_gpus=2, code="print(1)"), now=5.0)
     store.set_state(job.id, JobState.STARTING, "given 2 GPU(s)", now=6.0)
     events = store.events()
     store.close()
-    db = sqlite3.connect(path)
-    db.execute("alter table edt_jobs drop column elastic")
-    db.execute("alter table edt_jobs drop column restarts")
-    db.execute("alter table edt_jobs drop column deleted")  # version 3's
-    db.execute("update edt_meta set value = '1'")
-    db.commit()
-    db.close()
+    make_older(database_url, version)
 
-    store = JobStore(f"sqlite:///{path}")
+    store = JobStore(database_url)
     again = store.get_job(job.id)
     assert again.elastic is False and again.restarts == 0
     assert again == dataclasses.replace(
         job, state=JobState.STARTING, reason="given 2 GPU(s)", updated=6.0
     )
     assert store.events() == events
+    # the added columns work as this version's own
+    store.set_state(job.id, JobState.RUNNING, "processes started", now=7.0)
+    assert store.set_elastic(job.id, "the elastic runtime started", now=8.0).elastic
+    assert store.delete_job(job.id, now=9.0).elastic
+    assert store.list_jobs() == []
     store.close()
-    version = sqlite3.connect(path).execute("select value from edt_meta").fetchone()
-    assert version == (str(SCHEMA_VERSION),)
+    assert schema_version(database_url) == str(SCHEMA_VERSION)
 
 
 @pytest.mark.parametrize(
@@ -242,8 +308,7 @@ def test_metrics_reach_the_event_feed_and_the_feed_stays_bounded(store):
     assert store.events(job_id=job.id)[0]["kind"] == "state"  # other events stay
 
 
-def test_a_job_is_rigid_until_announced_again_at_each_start_and_counts_its_restarts(tmp_path):
-    store = JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}")
+def test_a_job_is_rigid_until_announced_again_at_each_start_and_counts_its_restarts(store):
     job = store.create_job("alice", JobSpec(max_gpus=1, code="x"), now=1.0)
     assert job.elastic is False and job.restarts == 0
     store.set_state(job.id, JobState.STARTING, "given 1 GPU(s)", now=2.0)
@@ -258,7 +323,6 @@ def test_a_job_is_rigid_until_announced_again_at_each_start_and_counts_its_resta
     kinds = [(e["kind"], e.get("elastic"), e.get("restarts")) for e in store.events()]
     assert kinds.count(("elastic", True, None)) == 1
     assert ("state", None, 1) in kinds and ("state", False, None) in kinds
-    store.close()
 
 
 def test_a_formed_group_says_how_long_its_allocation_waited_once(store):

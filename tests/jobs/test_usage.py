@@ -158,11 +158,14 @@ class Clock:
         return self.now
 
 
-def make_service(tmp_path, clock: Clock, runner: FakeRunner | None = None) -> JobService:
+def make_service(
+    tmp_path, clock: Clock, runner: FakeRunner | None = None, database_url: str | None = None
+) -> JobService:
     """A service on 4 virtual GPUs over the fake runner, whose time is `clock`'s."""
     return fake_service(
         tmp_path,
         runner,
+        database_url=database_url,
         admin_users=["root"],
         rules=ShareRules(user_quotas={"ana": 4}, group_quotas={"ml": 4}),
         clock=clock,
@@ -205,10 +208,12 @@ async def play(service: JobService, clock: Clock) -> tuple[str, str]:
 
 
 @pytest.mark.asyncio
-async def test_the_service_accounts_a_shared_run_and_keeps_it_across_a_restart(tmp_path):
+async def test_the_service_accounts_a_shared_run_and_keeps_it_across_a_restart(
+    tmp_path, database_url
+):
     clock = Clock(0)
     runner = FakeRunner(tmp_path / "jobs")
-    service = make_service(tmp_path, clock, runner)
+    service = make_service(tmp_path, clock, runner, database_url)
     ana, bo = await play(service, clock)
     clock.now = 1300
 
@@ -245,14 +250,14 @@ async def test_the_service_accounts_a_shared_run_and_keeps_it_across_a_restart(t
     # the same after a restart, at the same moment: the store keeps the history
     await service.close()
     service.store.close()
-    again = make_service(tmp_path, clock, runner)
+    again = make_service(tmp_path, clock, runner, database_url)
     assert report(again, "root", UsageBy.USER) == by_user
     assert report(again, "root", UsageBy.GROUP)["rows"] == group_rows
     again.store.close()
 
 
-def test_the_store_reads_the_events_before_the_range_and_within_it_only(tmp_path):
-    store = JobStore(f"sqlite:///{tmp_path / 'edt.sqlite'}")
+def test_the_store_reads_the_events_before_the_range_and_within_it_only(database_url):
+    store = JobStore(database_url)
     early = store.create_job("ana", JobSpec(code="pass", max_gpus=2), now=10).id
     store.set_state(early, JobState.STARTING, "given", now=20)
     store.set_devices(early, ["gpu0", "gpu1"], "admitted", now=20)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from jobprograms import elastic, program
-from multiuser import api, wait_for
+from multiuser import api, cancel, wait_for
 from realjobs import alive, wait_status
 from waiting import eventually
 
@@ -53,12 +53,12 @@ async def test_warm_processes_turned_off_and_on_on_a_live_server(jp_fetch, edt_a
 
     edt_app.warm_workers = True
     assert edt_app._forkserver is not None and edt_app._forkserver.wait_ready(120)
-    await api(jp_fetch, "alice", "jobs", second["id"], method="DELETE")
+    await cancel(jp_fetch, "alice", second["id"])
     third = await submit(jp_fetch, "warm again")
     await wait_for(jp_fetch, "alice", third["id"], elastic, "RUNNING")
     assert isinstance(runner._drivers[third["id"]], ForkedProcess)
     for job in (first, third):
-        cancelled = await api(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
+        cancelled = await cancel(jp_fetch, "alice", job["id"])
         assert cancelled["state"] == "CANCELLED"
     # a cancel leaves none of their processes
     await eventually(

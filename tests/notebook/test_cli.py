@@ -56,6 +56,12 @@ async def test_submit_list_and_cancel_with_zero_configuration(cli, capsys, tmp_p
     assert capsys.readouterr().out == "No jobs.\n"
     assert await cli("logs", job_id, "--list") == 0 and capsys.readouterr().out == ""
 
+    assert await cli("delete", job_id) == 0
+    assert capsys.readouterr().out == f"Deleted job {job_id} (train).\n"
+    assert await cli("list") == 0 and capsys.readouterr().out == "No jobs.\n"
+    assert await cli("delete", job_id) == 1
+    assert "No job with id" in capsys.readouterr().err
+
 
 async def test_submit_from_stdin_and_a_directory(cli, capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("print('piped')\n"))
@@ -141,7 +147,7 @@ def test_jupyter_dispatches_edt_to_the_console_script():
     )
     assert done.returncode == 0, done.stderr
     assert "usage: jupyter edt" in done.stdout
-    for command in ("submit", "list", "logs", "cancel", "download"):
+    for command in ("submit", "list", "logs", "cancel", "delete", "download"):
         assert command in done.stdout
 
 

@@ -96,6 +96,13 @@ async def test_submit_get_list_patch_and_cancel(alice):
     assert job.state == "CANCELLED" and job.done and job.finished is not None
     with pytest.raises(Forbidden, match="already finished"):
         await run(job.cancel)
+    assert (await run(alice.get, job.id)).state == "CANCELLED"  # a cancelled job stays
+
+    await run(job.delete)
+    assert job.state == "CANCELLED"  # the last record
+    with pytest.raises(NoSuchJob):
+        await run(alice.get, job.id)
+    assert await run(alice.list) == []
 
 
 async def test_a_script_is_read_at_submission(alice, tmp_path):

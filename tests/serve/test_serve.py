@@ -34,6 +34,7 @@ def test_users_reach_only_their_own_jobs_and_an_administrator_everyones(service,
     for method, path in [
         ("GET", f"jobs/{job.id}"),
         ("DELETE", f"jobs/{job.id}"),
+        ("POST", f"jobs/{job.id}/cancel"),
         ("GET", f"jobs/{job.id}/logs"),
         ("GET", f"jobs/{job.id}/result.zip"),
     ]:
