@@ -1,7 +1,9 @@
 /**
  * Notifications of my jobs' ends: which finished jobs deserve one and what it
  * says (pure, so the rule (my jobs only, a transition seen live, not a
- * replay) is tested alone), and the plugin that shows them.
+ * replay) is tested alone), and the plugin that shows them. As JupyterLab's
+ * own, each toast closes by itself and stays in the notification centre; it
+ * names the job's state as its badge does (SUCCEEDED, FAILED, CANCELLED).
  */
 import type {
   JupyterFrontEnd,
@@ -15,10 +17,26 @@ import { DEFAULT_SETTINGS, watchSettings } from './settings';
 import type { IJobFinished } from './jobs/state';
 import { IEdtJobs } from './tokens';
 
-/** A notification to show: its kind and message. */
+/** A notification to show: its kind, message, and how long its toast stays. */
 export interface IJobNotice {
   type: 'success' | 'error' | 'info';
   message: string;
+  /** Milliseconds before the toast closes (the notification centre keeps it). */
+  autoClose: number;
+}
+
+/** How long a toast stays: long enough to read a failure's reason, not to cover the page. */
+export const NOTICE_MS = { success: 5000, info: 5000, error: 10000 } as const;
+
+/** The longest reason a toast shows (its first line); the job tab has all of it. */
+const REASON_CHARS = 160;
+
+/** A reason's first line, cut with an ellipsis past `REASON_CHARS`. */
+export function shortReason(reason: string): string {
+  const line = (reason || '').split('\n')[0].trim();
+  return line.length > REASON_CHARS
+    ? `${line.slice(0, REASON_CHARS - 1).trimEnd()}…`
+    : line;
 }
 
 /**
@@ -37,16 +55,25 @@ export function jobNotice(
   const name = `${job.name || 'Job'} [${job.id}]`;
   switch (job.state) {
     case 'SUCCEEDED':
-      return { type: 'success', message: `${name} finished.` };
+      return {
+        type: 'success',
+        message: `${name} SUCCEEDED.`,
+        autoClose: NOTICE_MS.success
+      };
     case 'FAILED': {
-      const reason = (job.reason || '').split('\n')[0].slice(0, 100);
+      const reason = shortReason(job.reason);
       return {
         type: 'error',
-        message: reason ? `${name} failed: ${reason}` : `${name} failed.`
+        message: reason ? `${name} FAILED: ${reason}` : `${name} FAILED.`,
+        autoClose: NOTICE_MS.error
       };
     }
     case 'CANCELLED':
-      return { type: 'info', message: `${name} was cancelled.` };
+      return {
+        type: 'info',
+        message: `${name} CANCELLED.`,
+        autoClose: NOTICE_MS.info
+      };
     default:
       return null;
   }
@@ -85,7 +112,7 @@ export const notificationsPlugin: JupyterFrontEndPlugin<void> = {
         return;
       }
       Notification.emit(notice.message, notice.type, {
-        autoClose: notice.type === 'error' ? false : 8000,
+        autoClose: notice.autoClose,
         actions: [
           {
             label: 'Open',

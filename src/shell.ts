@@ -17,3 +17,15 @@ export async function addMainTab<T extends Widget>(
   app.shell.activateById(widget.id);
   return widget;
 }
+
+/**
+ * The job under the context menu being opened: the nearest element marked
+ * with `data-job-id` (a sidebar row), as the file browser finds its item;
+ * null when the menu was not opened on one.
+ */
+export function jobIdUnderContextMenu(app: JupyterFrontEnd): string | null {
+  const node = app.contextMenuHitTest(
+    candidate => candidate.dataset.jobId !== undefined
+  );
+  return node?.dataset.jobId || null;
+}

@@ -14,6 +14,7 @@ export namespace CommandIDs {
   export const openJob = 'jupyter-edt:open-job';
   export const submitFile = 'jupyter-edt:submit-file';
   export const openCluster = 'jupyter-edt:open-cluster';
+  export const openTimeline = 'jupyter-edt:open-allocation-timeline';
 }
 
 /**

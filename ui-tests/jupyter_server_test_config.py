@@ -13,6 +13,7 @@ Environment:
 """
 
 import os
+import tempfile
 
 from jupyterlab.galata import configure_jupyter_server
 
@@ -34,6 +35,12 @@ c.ServerApp.open_browser = False
 # sidebar shows a known device list on a machine without NVIDIA GPUs.
 c.ServerApp.jpserver_extensions = {"jupyter_edt": True}
 c.EDTApp.virtual_gpus = int(os.environ.get("EDT_VIRTUAL_GPUS", "4"))
+# Each server its own job database and job directories, new at each start: the servers of one
+# run (and of runs at once) never schedule the same jobs, and what a test shows (the allocation
+# timeline's picture) is its run's jobs only.
+_state = tempfile.mkdtemp(prefix="edt-ui-")
+c.EDTApp.database_url = f"sqlite:///{_state}/edt.sqlite"
+c.EDTApp.jobs_dir = f"{_state}/jobs"
 
 # Keep the news/update checks (network) out of the test run.
 c.LabApp.news_url = None

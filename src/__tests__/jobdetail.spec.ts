@@ -48,8 +48,12 @@ function fakeServer(calls: string[]): IJobApi {
       return { ...job };
     },
     cancelJob: async () => {
-      calls.push('DELETE');
+      calls.push('CANCEL');
       job = { ...job, state: 'CANCELLED', devices: [], finished: 200 };
+      return { ...job };
+    },
+    deleteJob: async () => {
+      calls.push('DELETE');
       return { ...job };
     }
   };
@@ -118,16 +122,32 @@ describe('JobDetail', () => {
     detail.node.querySelector(selector) as HTMLElement;
 
   it('shows the kind, the spec, the artifacts and a tab per log', async () => {
-    expect(detail.title.label).toBe('digits [a1b2c3d4e5f6]');
+    // The whole name on the tab; its id in the tooltip.
+    expect(detail.title.label).toBe('digits');
+    expect(detail.title.caption).toBe('digits [a1b2c3d4e5f6] · RUNNING');
     const kind = q('.jp-edt-job-header .jp-edt-kind-tag');
     expect(kind.textContent).toBe('restart');
     expect(kind.dataset.fixed).toBe('false');
     expect(kind.title).toBe(
       'Restart: resized by a graceful restart from a checkpoint.'
     );
-    expect(q('.jp-edt-spec-text').textContent).toContain(
-      '"entrypoint": "main.py"'
+    // The spec as a small table.
+    const rows = Array.from(
+      detail.node.querySelectorAll('.jp-edt-spec-table tr'),
+      row => [row.children[0].textContent, row.children[1].textContent]
     );
+    expect(rows).toEqual([
+      ['Name', 'digits'],
+      ['User', 'alice'],
+      ['Kind', 'restart'],
+      ['Entrypoint', 'main.py'],
+      ['Arguments', '(none)'],
+      ['GPUs', '1 to 4'],
+      ['Priority', '0'],
+      ['Environment', 'EDT_EPOCHS=2']
+    ]);
+    // No code sent inline: no code view.
+    expect(q('.jp-edt-spec-code').hidden).toBe(true);
     await waitFor(
       () => detail.node.querySelectorAll('.jp-edt-artifact').length === 1
     );
@@ -202,14 +222,15 @@ describe('JobDetail', () => {
       },
       { id: 4, time: 201, ...resized }
     );
+    // Oldest first; a restart below the change that caused it.
     expect(lines().map(line => line.textContent)).toEqual([
-      `${clockTime(201)} restart 1 · resize → 2 GPUs`,
+      `${clockTime(100)} started on 4 GPUs`,
       // A restart job's workers all restart: no survivors' pause to show.
-      `${clockTime(200)} shrank 4 → 2 · training after 1.50 s`,
-      `${clockTime(100)} started on 4 GPUs`
+      `${clockTime(200)} shrank 4 → 2 training after 1.50\u00a0s`,
+      `${clockTime(201)} restart 1 · resize → 2 GPUs`
     ]);
-    const restart = lines()[0];
-    expect(restart.className).toBe('jp-edt-restart');
+    const restart = lines()[2];
+    expect(restart.classList.contains('jp-edt-restart')).toBe(true);
     expect(restart.title).toBe(resized.reason);
     expect(restart.dataset.cause).toBe('resize');
     expect(restart.dataset.gpus).toBe('2');
@@ -236,8 +257,8 @@ describe('JobDetail', () => {
     send({ id: 7, time: 300, ...failed }, { id: 8, time: 201, ...resized });
     send({ id: 7, time: 300, ...failed }, { id: 8, time: 201, ...resized });
     expect(lines().map(line => line.textContent)).toEqual([
-      `${clockTime(300)} restart 2 · failure → 2 GPUs · ⚠ killed w1 (steps lost)`,
-      `${clockTime(201)} restart 1 · resize → 2 GPUs`
+      `${clockTime(201)} restart 1 · resize → 2 GPUs`,
+      `${clockTime(300)} restart 2 · failure → 2 GPUs · ⚠ killed w1 (steps lost)`
     ]);
     expect(detail.controller.restarts.map(r => [r.id, r.count])).toEqual([
       [8, 1],
@@ -255,7 +276,7 @@ describe('JobDetail', () => {
     ).toBe('restart 1');
     const group = { time: 1, world_size: 2, pause_s: 0.04, waited_s: null };
     expect(describeFormed(group, 'restart')).toBe('trained on');
-    expect(describeFormed(group)).toBe('trained on (pause 0.04 s)');
+    expect(describeFormed(group)).toBe('trained on (pause 0.04\u00a0s)');
   });
 
   it('changes nothing when the user declines', async () => {
@@ -279,11 +300,76 @@ describe('JobDetail', () => {
 
     answers.cancel = true;
     await detail.cancel();
-    expect(calls).toContain('DELETE');
+    expect(calls).toContain('CANCEL');
     expect(detail.node.dataset.state).toBe('CANCELLED');
     expect(changed[changed.length - 1].state).toBe('CANCELLED');
     expect((q('.jp-edt-action-cancel') as HTMLButtonElement).disabled).toBe(
       true
     );
+  });
+});
+
+describe('JobDetail of a job sent with its code', () => {
+  const CODE = 'import torch\nprint("hi")\n';
+  const withCode: IJobInfo = {
+    ...JOB,
+    name: 'a rather long training job name',
+    spec: {
+      ...JOB.spec,
+      code: CODE,
+      entrypoint: 'train.py',
+      args: ['--lr', '0.1', '--note', 'two words']
+    }
+  };
+
+  it('shows the code read-only in its viewer, and "no output yet" for empty logs', async () => {
+    const shown: string[][] = [];
+    let disposed = 0;
+    const controller = new JobController({
+      jobId: JOB.id,
+      api: {
+        ...fakeServer([]),
+        getJob: async () => ({ ...withCode }),
+        getLog: async (_id, name) => ({
+          name,
+          text: '',
+          offset: 0,
+          next_offset: 0,
+          size: 0
+        })
+      },
+      connect: silentSocket,
+      stream: { silenceTimeout: 0 }
+    });
+    const detail = new JobDetail({
+      jobId: JOB.id,
+      controller,
+      listArtifacts: async () => [],
+      codeViewer: (host, code, path) => {
+        shown.push([code, path]);
+        host.append(document.createElement('textarea'));
+        return { isDisposed: false, dispose: () => void (disposed += 1) };
+      }
+    });
+    Widget.attach(detail, document.body);
+    await waitFor(() => detail.node.dataset.state === 'RUNNING');
+    expect(detail.title.label).toBe('a rather long training job name');
+    expect(detail.title.caption).toContain('[a1b2c3d4e5f6]');
+    expect(shown).toEqual([[CODE, 'train.py']]); // once, however often it renders
+    const code = detail.node.querySelector('.jp-edt-spec-code') as HTMLElement;
+    expect(code.hidden).toBe(false);
+    expect(code.dataset.path).toBe('train.py');
+    // the code is not repeated in the table
+    const table = detail.node.querySelector('.jp-edt-spec-table');
+    expect(table?.textContent).not.toContain('import torch');
+    expect(table?.textContent).toContain("--lr 0.1 --note 'two words'");
+
+    const log = detail.node.querySelector(
+      '.jp-edt-detail-log-text'
+    ) as HTMLElement;
+    await waitFor(() => log.textContent === 'no output yet');
+    expect(log.classList.contains('jp-mod-empty')).toBe(true);
+    detail.dispose();
+    expect(disposed).toBe(1);
   });
 });

@@ -1,5 +1,5 @@
 import { JobController } from '../jobpanel/controller';
-import { JobPanel, describeProgress } from '../jobpanel/panel';
+import { JobPanel } from '../jobpanel/panel';
 import type { IJobApi, IJobInfo, ISocketLike } from '../api';
 import { EMETRICS } from './fixtures/emetrics';
 
@@ -64,8 +64,12 @@ function api(calls: string[]): IJobApi {
       return { ...job };
     },
     cancelJob: async () => {
-      calls.push('DELETE');
+      calls.push('CANCEL');
       job = { ...job, state: 'CANCELLED', devices: [] };
+      return { ...job };
+    },
+    deleteJob: async () => {
+      calls.push('DELETE');
       return { ...job };
     }
   };
@@ -77,32 +81,6 @@ const socket = (): ISocketLike => ({
   onclose: null,
   onerror: null,
   close: () => undefined
-});
-
-describe('describeProgress', () => {
-  it('says where training is and how far', () => {
-    expect(describeProgress(null, 3)).toEqual({
-      text: 'waiting for the first step',
-      fraction: null
-    });
-    const progress = {
-      epoch: 1,
-      step: 2,
-      globalStep: 5,
-      stepsPerEpoch: 3,
-      epochsDone: 1,
-      worldSize: 2,
-      samplesPerS: null,
-      lastLoss: 0.5
-    };
-    expect(describeProgress(progress, 2)).toEqual({
-      text: 'epoch 2/2 · step 3/3 · global step 5',
-      fraction: 1
-    });
-    expect(
-      describeProgress({ ...progress, stepsPerEpoch: null }, null).text
-    ).toBe('epoch 2 · step 3 · global step 5');
-  });
 });
 
 describe('JobPanel', () => {
@@ -138,8 +116,10 @@ describe('JobPanel', () => {
     expect(kind.dataset.kind).toBe('elastic');
     expect(kind.dataset.fixed).toBe('false');
     expect(kind.title).toBe('Elastic: resized in place at a step boundary.');
+    // the step within the epoch; the epochs the submission set (EDT_EPOCHS)
+    // until the runtime says its own
     expect(q('.jp-edt-job-progress-text').textContent).toBe(
-      'epoch 1/2 · step 2 · global step 1'
+      'epoch 1/2 · step 2'
     );
     expect(q('.jp-edt-job-loss').textContent).toBe('train 1.000');
     expect(panel.node.dataset.points).toBe('2');
@@ -161,7 +141,7 @@ describe('JobPanel', () => {
     await new Promise(resolve => setTimeout(resolve, 0));
     panel.render();
     expect(asked).toBe('digits [a1b2c3d4e5f6]');
-    expect(calls).toContain('DELETE');
+    expect(calls).toContain('CANCEL');
     expect(q('.jp-edt-state-badge').textContent).toBe('CANCELLED');
     expect((q('.jp-edt-job-cancel') as HTMLButtonElement).disabled).toBe(true);
     expect(maxGpus.disabled).toBe(true);
@@ -336,6 +316,9 @@ describe('JobPanel of a job that failed before its first step', () => {
     ) as HTMLElement;
     expect(empty.hidden).toBe(false);
     expect(empty.textContent).toBe('failed before its first step');
+    // Its progress says the same: it is not waiting for a first step.
+    const progress = panel.node.querySelector('.jp-edt-job-progress-text');
+    expect(progress?.textContent).toBe('failed before its first step');
     // 2 GPUs from 100 until it failed at 150, then 0.
     const [x, counts] = panel.timeline.data;
     expect(x.slice(0, 2)).toEqual([100, 150]);

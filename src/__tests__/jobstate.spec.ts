@@ -1,13 +1,10 @@
 import {
   DEFAULT_FILTER,
-  advanceProgress,
   applyEvent,
   elapsedSeconds,
   formatDuration,
   fromSnapshot,
   parseFilter,
-  progressOf,
-  upsertJob,
   visibleJobs,
   type JobMap
 } from '../jobs/state';
@@ -177,52 +174,13 @@ describe('applyEvent', () => {
     });
     expect(result.jobs.get('a')?.progress).toEqual({
       epoch: 1,
-      step: 0,
-      globalStep: 2,
+      stepsInEpoch: 1,
+      steps: 3,
       epochsDone: 1,
-      stepsPerEpoch: 2
+      epochs: null,
+      stepsPerEpoch: 2,
+      iteration: undefined
     });
-  });
-});
-
-describe('advanceProgress', () => {
-  it('never goes back to an older step', () => {
-    const later = advanceProgress(null, [
-      { type: 'step', global_step: 5, epoch: 1, step: 1 }
-    ]);
-    expect(
-      advanceProgress(later, [
-        { type: 'step', global_step: 3, epoch: 1, step: 0 }
-      ])
-    ).toEqual(later);
-  });
-
-  it('counts the iterations of a program that reports only emetrics', () => {
-    const emetrics = (iteration: number, group = 'train') => ({
-      type: 'emetrics',
-      group,
-      iteration,
-      loss: 0.5
-    });
-    const row = (progress: ReturnType<typeof advanceProgress>) => ({
-      ...upsertJob(new Map(), job('a')).get('a')!,
-      progress
-    });
-    const seen = advanceProgress(null, [emetrics(4), emetrics(2, 'test')]);
-    expect(progressOf(row(seen))).toEqual({
-      fraction: null,
-      text: 'iteration 4'
-    });
-    expect(progressOf(row(advanceProgress(seen, [emetrics(9)])))).toEqual({
-      fraction: null,
-      text: 'iteration 9'
-    });
-    // once the runtime's own step records arrive, they tell the progress
-    const stepped = advanceProgress(seen, [
-      { type: 'step', global_step: 7, epoch: 0, step: 7 },
-      emetrics(12)
-    ]);
-    expect(progressOf(row(stepped)).text).toBe('epoch 1/2 · step 7');
   });
 });
 
@@ -265,7 +223,7 @@ describe('parseFilter', () => {
   });
 });
 
-describe('durations and progress', () => {
+describe('durations', () => {
   it('formats elapsed times', () => {
     expect(formatDuration(42.9)).toBe('42 s');
     expect(formatDuration(185)).toBe('3 min 05 s');
@@ -279,30 +237,5 @@ describe('durations and progress', () => {
     expect(
       elapsedSeconds(job('a', { created: 100, finished: 130 }), 1000)
     ).toBe(30);
-  });
-
-  it('tells the fraction done from planned epochs and steps per epoch', () => {
-    const base = upsertJob(new Map(), job('a'));
-    const row = {
-      ...base.get('a')!,
-      progress: {
-        epoch: 1,
-        step: 0,
-        globalStep: 2,
-        epochsDone: 1,
-        stepsPerEpoch: 2
-      }
-    };
-    expect(progressOf(row)).toEqual({
-      fraction: 0.75,
-      text: 'epoch 2/2 · step 2'
-    });
-    expect(
-      progressOf({ ...row, job: job('a', { state: 'SUCCEEDED' }) })
-    ).toEqual({ fraction: 1, text: 'done' });
-    expect(progressOf({ ...row, progress: null })).toEqual({
-      fraction: null,
-      text: ''
-    });
   });
 });

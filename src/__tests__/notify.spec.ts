@@ -4,7 +4,7 @@ import {
   describeFormed,
   withFormedGroups
 } from '../jobview/timeline';
-import { jobNotice } from '../notify';
+import { NOTICE_MS, jobNotice, shortReason } from '../notify';
 import type { IJobInfo } from '../api';
 
 function finished(change: Partial<IJobInfo>) {
@@ -31,10 +31,11 @@ function finished(change: Partial<IJobInfo>) {
 }
 
 describe('jobNotice', () => {
-  it('tells me of my jobs finishing, failing or being cancelled', () => {
+  it('tells me of my jobs ending in the words of their badges', () => {
     expect(jobNotice(finished({}), 'alice', true)).toEqual({
       type: 'success',
-      message: 'digits [j1] finished.'
+      message: 'digits [j1] SUCCEEDED.',
+      autoClose: NOTICE_MS.success
     });
     expect(
       jobNotice(
@@ -44,11 +45,29 @@ describe('jobNotice', () => {
       )
     ).toEqual({
       type: 'error',
-      message: 'digits [j1] failed: ValueError: empty'
+      message: 'digits [j1] FAILED: ValueError: empty',
+      autoClose: NOTICE_MS.error
     });
-    expect(
-      jobNotice(finished({ state: 'CANCELLED' }), 'alice', true)?.type
-    ).toBe('info');
+    expect(jobNotice(finished({ state: 'CANCELLED' }), 'alice', true)).toEqual({
+      type: 'info',
+      message: 'digits [j1] CANCELLED.',
+      autoClose: NOTICE_MS.info
+    });
+  });
+
+  it('closes every toast by itself (the notification centre keeps them)', () => {
+    for (const ms of Object.values(NOTICE_MS)) {
+      expect(ms).toBeGreaterThan(0);
+      expect(ms).toBeLessThanOrEqual(10000);
+    }
+  });
+
+  it("cuts a long reason's first line, the tab has the rest", () => {
+    expect(shortReason('  one\ntwo')).toBe('one');
+    const long = shortReason('x'.repeat(300));
+    expect(long).toHaveLength(160);
+    expect(long.endsWith('…')).toBe(true);
+    expect(shortReason('')).toBe('');
   });
 
   it("stays quiet for other users' jobs, unknown users, or when off", () => {
@@ -59,17 +78,17 @@ describe('jobNotice', () => {
 });
 
 describe('allocationChanges', () => {
-  it('lists the changes newest first, from and to', () => {
+  it('lists the changes oldest first, from and to', () => {
     const changes = allocationChanges([10, 20, 30, 40], [4, 2, 2, 0]);
     expect(changes).toEqual([
-      { time: 40, from: 2, to: 0 },
+      { time: 10, from: null, to: 4 },
       { time: 20, from: 4, to: 2 },
-      { time: 10, from: null, to: 4 }
+      { time: 40, from: 2, to: 0 }
     ]);
     expect(changes.map(describeChange)).toEqual([
-      'released 2 GPUs',
+      'started on 4 GPUs',
       'shrank 4 → 2',
-      'started on 4 GPUs'
+      'released 2 GPUs'
     ]);
     expect(describeChange({ time: 1, from: 1, to: 3 })).toBe('grew 1 → 3');
   });
@@ -88,19 +107,22 @@ describe('withFormedGroups', () => {
     // the group on 4 at 12 answers the start, not the grow at 30 (before it)
     const groups = [group(12, 4, 2), group(21, 2, 1), group(25, 1, null)];
     const out = withFormedGroups(changes, groups);
-    expect(out.map(c => c.formed)).toEqual([null, groups[1], groups[0]]);
+    expect(out.map(c => c.formed)).toEqual([groups[0], groups[1], null]);
     expect(
-      withFormedGroups(changes, [...groups, group(30.3, 4, 0.3)])[0].formed
+      withFormedGroups(changes, [...groups, group(30.3, 4, 0.3)])[2].formed
     ).toEqual(group(30.3, 4, 0.3));
   });
 
   it('says how long the devices waited and the pause', () => {
+    // a number and its unit never part: a no-break space between them
     expect(describeFormed(group(1, 4, 0.256))).toBe(
-      'training after 0.26 s (pause 0.04 s)'
+      'training after 0.26\u00a0s (pause 0.04\u00a0s)'
     );
     expect(describeFormed(group(1, 4, 12.4))).toBe(
-      'training after 12 s (pause 0.04 s)'
+      'training after 12\u00a0s (pause 0.04\u00a0s)'
     );
-    expect(describeFormed(group(1, 1, null))).toBe('trained on (pause 0.04 s)');
+    expect(describeFormed(group(1, 1, null))).toBe(
+      'trained on (pause 0.04\u00a0s)'
+    );
   });
 });

@@ -267,6 +267,38 @@ describe('EdtSidebar with jobs', () => {
     jobs.dispose();
   });
 
+  it("shows a failed job's reason, the sentence the toast gives", async () => {
+    const reason =
+      'RuntimeError: mat1 and mat2 shapes cannot be multiplied (32x64 and 32x10) ' +
+      '(main.py:14 in forward; workers w0, w1)\nThe end of its logs: ...';
+    const jobs = new JobsModel({
+      listJobs: async () => [
+        job('f1', { created: 200, state: 'FAILED', devices: [], reason }),
+        job('r2', { created: 100 })
+      ],
+      getJob: async id => job(id),
+      connect: quietSocket
+    });
+    const sidebar = new EdtSidebar({
+      fetchCluster: async () => CLUSTER,
+      jobs,
+      openJob: () => undefined
+    });
+    sidebar.user = 'alice';
+    Widget.attach(sidebar, document.body);
+    jobs.setActive(true);
+    const shown = (id: string) =>
+      sidebar.node.querySelector(
+        `.jp-edt-jobrow[data-job-id="${id}"] .jp-edt-jobrow-reason`
+      ) as HTMLElement | null;
+    await waitFor(() => shown('f1') !== null);
+    expect(shown('f1')!.textContent).toBe(reason.split('\n')[0]);
+    expect(shown('f1')!.title).toBe(reason.split('\n')[0]);
+    expect(shown('r2')).toBeNull(); // a running job has no reason to show
+    sidebar.dispose();
+    jobs.dispose();
+  });
+
   it('tells the plugin when it is shown and hidden', () => {
     const sidebar = new EdtSidebar({ fetchCluster: async () => CLUSTER });
     const seen: boolean[] = [];

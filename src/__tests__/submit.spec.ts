@@ -7,13 +7,16 @@ import {
   submitFile,
   type ISubmitUi
 } from '../submit/dialog';
+import { readFitArguments } from '../submit/fitargs';
 import {
   checkForm,
   isIPythonLine,
   isSubmittable,
   notebookToScript,
+  programOf,
   splitArgs,
-  submission
+  submission,
+  whereInProgram
 } from '../submit/script';
 
 const NOTEBOOK = {
@@ -75,9 +78,11 @@ describe('splitArgs', () => {
 
 describe('checkForm', () => {
   const ok = {
+    name: '',
     kind: 'elastic',
     minGpus: 1,
     maxGpus: 2,
+    epochs: null,
     priority: 0,
     args: ''
   } as const;
@@ -96,6 +101,15 @@ describe('checkForm', () => {
     );
   });
 
+  it('takes no epochs (as the script says) or a whole number of them', () => {
+    expect(checkForm({ ...ok, epochs: 3 })).toBeNull();
+    expect(checkForm({ ...ok, epochs: 0 })).toMatch(/^Epochs/);
+    expect(checkForm({ ...ok, epochs: 2.5 })).toMatch(/^Epochs/);
+    expect(checkForm({ ...ok, name: 'x'.repeat(201) })).toBe(
+      'Name must be at most 200 characters.'
+    );
+  });
+
   it('refuses more min GPUs than max', () => {
     expect(checkForm({ ...ok, minGpus: 3, maxGpus: 2 })).toBe(
       'Min GPUs (3) must not exceed Max GPUs (2).'
@@ -106,37 +120,63 @@ describe('checkForm', () => {
 
 describe('submission', () => {
   const form = {
+    name: '',
     kind: 'restart',
     minGpus: 2,
     maxGpus: 3,
+    epochs: null,
     priority: 5,
-    args: '--epochs 2'
+    args: '--lr 0.1'
   } as const;
 
   it('sends a Python file as its own entrypoint, with its kind', () => {
-    expect(submission('work/train.py', 'print(1)\n', form)).toEqual({
+    const program = programOf('work/train.py', 'print(1)\n');
+    expect(submission(program, form)).toEqual({
       name: 'train',
       code: 'print(1)\n',
       entrypoint: 'train.py',
-      args: ['--epochs', '2'],
+      args: ['--lr', '0.1'],
       kind: 'restart',
       min_gpus: 2,
       max_gpus: 3,
       priority: 5
     });
+    expect(submission(program, { ...form, name: ' run 1 ' }).name).toBe(
+      'run 1'
+    );
+  });
+
+  it("sends epochs as EDT_EPOCHS only when they differ from the script's", () => {
+    const program = programOf('train.py', 'trainer.fit(epochs=10)\n');
+    const fit = readFitArguments(program.code);
+    expect(submission(program, { ...form, epochs: 10 }, fit).env).toBe(
+      undefined
+    );
+    expect(submission(program, { ...form, epochs: 3 }, fit).env).toEqual({
+      EDT_EPOCHS: '3'
+    });
+    expect(submission(program, { ...form, epochs: 3 }).env).toEqual({
+      EDT_EPOCHS: '3'
+    });
   });
 
   it('sends a notebook (object or JSON text) as main.py', () => {
-    const fromObject = submission('nb/Digits.ipynb', NOTEBOOK, form);
+    const fromObject = submission(programOf('nb/Digits.ipynb', NOTEBOOK), form);
     const fromText = submission(
-      'nb/Digits.ipynb',
-      JSON.stringify(NOTEBOOK),
+      programOf('nb/Digits.ipynb', JSON.stringify(NOTEBOOK)),
       form
     );
     expect(fromObject).toEqual(fromText);
     expect(fromObject.name).toBe('Digits');
     expect(fromObject.entrypoint).toBe('main.py');
     expect(fromObject.code).toContain('import torch');
+  });
+
+  it("names a line as its author finds it: a file's line, a notebook's cell", () => {
+    expect(whereInProgram(programOf('t.py', 'a\nb\n'), 2)).toBe('line 2');
+    const notebook = programOf('nb/Digits.ipynb', NOTEBOOK);
+    expect(whereInProgram(notebook, 3)).toBe('cell 1');
+    expect(whereInProgram(notebook, 7)).toBe('cell 2');
   });
 
   it('offers only Python files and notebooks', () => {
@@ -214,9 +254,11 @@ describe('SubmitForm', () => {
     choose(form, 'restart');
     set(form, '.jp-edt-submit-min-gpus', '2');
     expect(form.getValue()).toEqual({
+      name: '',
       kind: 'restart',
       minGpus: 2,
       maxGpus: 4,
+      epochs: null,
       priority: 0,
       args: ''
     });
@@ -231,34 +273,66 @@ describe('SubmitForm', () => {
   });
 
   it('comes back with the values it was given', () => {
-    const form = new SubmitForm('train.py', {
+    const values = {
+      name: 'run 2',
       kind: 'rigid',
       minGpus: 3,
       maxGpus: 3,
+      epochs: 12,
       priority: 7,
       args: '--x'
-    });
-    expect(form.getValue()).toEqual({
-      kind: 'rigid',
-      minGpus: 3,
-      maxGpus: 3,
-      priority: 7,
-      args: '--x'
-    });
+    } as const;
+    expect(new SubmitForm('train.py', values).getValue()).toEqual(values);
+  });
+
+  it('says where the job runs as the user types, and what the script says', () => {
+    const form = new SubmitForm(
+      'work/train.py',
+      { maxGpus: 4 },
+      'train.py gives max_gpus=4 (fit(…), line 3).'
+    );
+    const summary = form.node.querySelector('.jp-edt-submit-intro');
+    expect(summary?.textContent).toBe(
+      'train.py runs on 1 to 4 GPUs, as the scheduler shares them.'
+    );
+    expect(form.node.querySelector('.jp-edt-submit-script')?.textContent).toBe(
+      'train.py gives max_gpus=4 (fit(…), line 3).'
+    );
+    set(form, '.jp-edt-submit-min-gpus', '4');
+    expect(summary?.textContent).toBe(
+      'train.py runs on 4 GPUs, as the scheduler shares them.'
+    );
+    const name = form.node.querySelector(
+      '.jp-edt-submit-name'
+    ) as HTMLInputElement;
+    expect(name.placeholder).toBe('train');
+    const epochs = form.node.querySelector(
+      '.jp-edt-submit-epochs'
+    ) as HTMLInputElement;
+    expect(epochs.value).toBe('');
+    expect(epochs.placeholder).toBe('as the script says');
   });
 });
 
 describe('submitFile', () => {
+  const SCRIPT = [
+    'trainer = Trainer(model, data, loss, opt)',
+    '# trainer.fit(epochs=1, max_gpus=8)',
+    'trainer.fit(epochs=10, effective_batch_size=64, max_gpus=4)',
+    ''
+  ].join('\n');
   const contents = {
-    get: async () => ({ content: 'print(1)\n' })
+    get: async () => ({ content: SCRIPT })
   } as unknown as Contents.IManager;
 
   function fakeUi(answers: ((defaults: unknown) => unknown)[]) {
     const asked: unknown[] = [];
+    const notes: (string | null)[] = [];
     const alerts: string[][] = [];
     const ui: ISubmitUi = {
-      ask: async (_path, defaults) => {
+      ask: async (_path, defaults, note) => {
         asked.push(defaults);
+        notes.push(note);
         const answer = answers.shift();
         return (answer ? answer(defaults) : null) as never;
       },
@@ -266,7 +340,7 @@ describe('submitFile', () => {
         alerts.push([title, message]);
       }
     };
-    return { ui, asked, alerts };
+    return { ui, asked, notes, alerts };
   }
 
   function recorder() {
@@ -277,6 +351,31 @@ describe('submitFile', () => {
     };
     return { sent, submit };
   }
+
+  it("starts from the script's max_gpus and epochs, and says the dialog wins", async () => {
+    const { ui, asked, notes } = fakeUi([]);
+    const { submit } = recorder();
+    expect(await submitFile('work/train.py', contents, submit, ui)).toBeNull();
+    expect(asked).toEqual([{ name: 'train', maxGpus: 4, epochs: 10 }]);
+    expect(notes).toEqual([
+      'train.py gives max_gpus=4 and epochs=10 (fit(…), line 3). They are the defaults below. ' +
+        "What you submit here wins over the script: Max GPUs caps the GPUs the job gets, and Epochs, when set, replaces fit()'s epochs."
+    ]);
+  });
+
+  it('says when the file cannot be read, and asks nothing', async () => {
+    const { ui, asked, alerts } = fakeUi([]);
+    const broken = {
+      get: async () => {
+        throw new Error('No such file');
+      }
+    } as unknown as Contents.IManager;
+    const { sent, submit } = recorder();
+    expect(await submitFile('gone.py', broken, submit, ui)).toBeNull();
+    expect(asked).toEqual([]);
+    expect(sent).toEqual([]);
+    expect(alerts).toEqual([['The file could not be read', 'No such file']]);
+  });
 
   it('sends the kind and min GPUs chosen in the dialog', async () => {
     const { ui, alerts } = fakeUi([
@@ -307,13 +406,16 @@ describe('submitFile', () => {
       min_gpus: 2,
       max_gpus: 4
     });
+    expect(sent[0].env).toBeUndefined(); // no epochs typed: the script's
   });
 
   it('submits nothing when min exceeds max, says why and asks again', async () => {
     const bad = {
+      name: '',
       kind: 'restart',
       minGpus: 3,
       maxGpus: 2,
+      epochs: null,
       priority: 0,
       args: ''
     };
@@ -325,6 +427,7 @@ describe('submitFile', () => {
     expect(alerts).toEqual([
       ['Cannot submit the job', 'Min GPUs (3) must not exceed Max GPUs (2).']
     ]);
-    expect(asked).toEqual([{}, bad]); // the dialog came back with its values
+    // the dialog came back with its values
+    expect(asked).toEqual([{ name: 'train', maxGpus: 4, epochs: 10 }, bad]);
   });
 });

@@ -134,8 +134,12 @@ class FakeApi implements IJobApi {
     return { ...this.job };
   }
   async cancelJob(): Promise<IJobInfo> {
-    this.calls.push('DELETE');
+    this.calls.push('CANCEL');
     this.job = { ...this.job, state: 'CANCELLED', devices: [], finished: 200 };
+    return { ...this.job };
+  }
+  async deleteJob(): Promise<IJobInfo> {
+    this.calls.push('DELETE');
     return { ...this.job };
   }
 }

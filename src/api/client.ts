@@ -7,6 +7,8 @@ import { ServerConnection } from '@jupyterlab/services';
 
 import type {
   ClusterInfo,
+  IAllocations,
+  IAllocationsQuery,
   IArtifact,
   IEdtUser,
   IJobInfo,
@@ -84,6 +86,28 @@ export function fetchUsage(
   }
   return requestAPI<IUsageReport>(
     'usage' + URLExt.objectToQueryString(params),
+    { method: 'GET' },
+    settings
+  );
+}
+
+/**
+ * Which job held each device over a range, and why each change happened:
+ * every job for an administrator; for anyone else their own, and the others'
+ * without a job, user or name.
+ */
+export function fetchAllocations(
+  query: IAllocationsQuery = {},
+  settings?: ServerConnection.ISettings
+): Promise<IAllocations> {
+  const params: Record<string, number> = {};
+  for (const [name, value] of Object.entries(query)) {
+    if (value !== undefined) {
+      params[name] = value;
+    }
+  }
+  return requestAPI<IAllocations>(
+    'allocations' + URLExt.objectToQueryString(params),
     { method: 'GET' },
     settings
   );
@@ -167,7 +191,10 @@ export interface IJobApi {
     jobId: string,
     change: { priority?: number; max_gpus?: number }
   ): Promise<IJobInfo>;
+  /** Stop the job; it stays, CANCELLED, with its logs and results. */
   cancelJob(jobId: string): Promise<IJobInfo>;
+  /** Remove the job (stopped first); its GPU-seconds stay in the usage report. */
+  deleteJob(jobId: string): Promise<IJobInfo>;
 }
 
 /** The REST calls, with the page's settings (or the given ones). */
@@ -204,6 +231,12 @@ export function restJobApi(
         settings
       ),
     cancelJob: jobId =>
+      requestAPI<IJobInfo>(
+        jobPath(jobId, 'cancel'),
+        { method: 'POST' },
+        settings
+      ),
+    deleteJob: jobId =>
       requestAPI<IJobInfo>(jobPath(jobId), { method: 'DELETE' }, settings)
   };
 }

@@ -199,6 +199,93 @@ export interface IUsageQuery {
   by?: UsageBy;
 }
 
+/**
+ * What an allocation change did to its job (an `allocation` event's `cause`):
+ * its first devices, a rescale by the policy, a device lost or its node
+ * draining, a suspension's release, its processes lost, its end.
+ */
+export type ChangeCause =
+  | 'start'
+  | 'grow'
+  | 'shrink'
+  | 'move'
+  | 'device_lost'
+  | 'node_drain'
+  | 'suspend'
+  | 'lost'
+  | 'end';
+
+/**
+ * What in the cluster prompted an allocation change (an `allocation` event's
+ * `trigger`): a job arrived, a job left (its devices came free), a priority or
+ * a job's max GPUs changed, the quotas changed, the devices changed.
+ */
+export type ChangeTrigger =
+  'arrival' | 'departure' | 'priority' | 'limits' | 'quota' | 'devices';
+
+/** One allocation change of a job (AllocationChange). */
+export interface IAllocationChange {
+  /** Its `allocation` event's id. */
+  event_id: number;
+  /** Seconds since the epoch. */
+  time: number;
+  /** Null for events stored before causes were. */
+  cause: ChangeCause | string | null;
+  /** Null when nothing is known to have prompted it. */
+  trigger: ChangeTrigger | string | null;
+  /** The job's sentence; null where the job is not the caller's to see. */
+  reason: string | null;
+  /** The GPUs the job holds after it. */
+  gpus: number;
+}
+
+/**
+ * A job's hold on one device (AllocationInterval). The job's id, owner and
+ * name are null where the caller may not see the job.
+ */
+export interface IAllocationInterval {
+  job_id: string | null;
+  user: string | null;
+  name: string | null;
+  /** Seconds since the epoch. */
+  start: number;
+  /** Null while still held at the range's end. */
+  end: number | null;
+  /** Every allocation change of the job while it held the device, oldest first. */
+  changes: IAllocationChange[];
+}
+
+/** One device of the allocation timeline (AllocationDevice). */
+export interface IAllocationDevice {
+  id: string;
+  /** Null for a device that is gone (its node left). */
+  node: string | null;
+  index: number | null;
+  name: string | null;
+  /** The device is in the inventory now. */
+  present: boolean;
+  /** Oldest first. */
+  intervals: IAllocationInterval[];
+}
+
+/** The answer of GET /edt/api/v1/allocations. */
+export interface IAllocations {
+  /** The range, in seconds since the epoch. */
+  since: number;
+  until: number;
+  /** The newest event the answer includes: the events feed goes on after it. */
+  last_event_id: number;
+  devices: IAllocationDevice[];
+}
+
+/** The parameters of GET /allocations; the server's defaults for what is absent. */
+export interface IAllocationsQuery {
+  /** Seconds since the epoch (default: an hour before `until`). */
+  since?: number;
+  /** Seconds since the epoch (default now). */
+  until?: number;
+}
+
 /** What POST /jobs takes (JobSpec in docs/openapi.yaml). */
 export interface IJobSubmission {
   name?: string;
@@ -266,8 +353,11 @@ export interface IJobEvent {
   waited_s?: number | null;
   /** `restart`: how many times the job's workers were restarted (1-based) */
   count?: number;
-  /** `restart`: why every worker was started again */
-  cause?: 'resize' | 'failure' | string;
+  /** `restart`: why every worker was started again; `allocation`: what the
+   * change did to the job (`ChangeCause`) */
+  cause?: 'resize' | 'failure' | ChangeCause | string;
+  /** `allocation`: what in the cluster prompted it */
+  trigger?: ChangeTrigger | string;
   /**
    * `restart`: the workers killed because they did not exit within the grace
    * after SIGTERM (the steps since their last checkpoint are lost); empty when

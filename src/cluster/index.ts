@@ -1,3 +1,4 @@
 export * from './devices';
 export * from './model';
 export * from './panel';
+export * from './timeline';

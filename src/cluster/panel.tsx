@@ -1,7 +1,8 @@
 /**
  * The cluster view in the main area: every device with its memory,
  * utilisation, holder and a short utilisation history, wider than the
- * sidebar has room for. It polls only while the tab is shown.
+ * sidebar has room for, and the allocation timeline below. It polls (and
+ * follows the allocations) only while the tab is shown.
  */
 import * as React from 'react';
 
@@ -11,6 +12,12 @@ import type { Message } from '@lumino/messaging';
 import { fetchCluster, type ClusterInfo } from '../api';
 import { DevicesSection } from './devices';
 import { ClusterModel } from './model';
+import {
+  TimelineSection,
+  timelineModel,
+  type ITimelinePanelOptions,
+  type TimelineModel
+} from './timeline';
 
 /** The DOM id of the cluster tab (also its restorer key). */
 export const CLUSTER_ID = 'jupyter-edt-cluster';
@@ -22,6 +29,10 @@ export interface IClusterPanelOptions {
   interval?: number;
   openJob?: (jobId: string) => void;
   jobName?: (jobId: string) => string | null;
+  /** Open the allocation timeline in a tab of its own. */
+  openTimeline?: () => void;
+  /** How the allocation timeline reads and follows the allocations. */
+  timeline?: Pick<ITimelinePanelOptions, 'fetchAllocations' | 'connect'>;
 }
 
 /** Devices held and free, e.g. "3 of 4 devices held". */
@@ -52,20 +63,43 @@ export class ClusterPanel extends ReactWidget {
     });
     this.model.stateChanged.connect(() => this.update());
     void this.model.start();
+    this.timeline = timelineModel({
+      ...options.timeline,
+      jobName: options.jobName
+    });
   }
 
   readonly model: ClusterModel;
+  /** The allocation timeline's model, following only while the tab is shown. */
+  readonly timeline: TimelineModel;
 
   dispose(): void {
     if (!this.isDisposed) {
       this.model.dispose();
+      this.timeline.dispose();
     }
     super.dispose();
+  }
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this.timeline.setActive(this.isVisible);
   }
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     void this.model.refresh();
+    this.timeline.setActive(true);
+  }
+
+  protected onBeforeHide(msg: Message): void {
+    super.onBeforeHide(msg);
+    this.timeline.setActive(false);
+  }
+
+  protected onBeforeDetach(msg: Message): void {
+    this.timeline.setActive(false);
+    super.onBeforeDetach(msg);
   }
 
   protected render(): JSX.Element {
@@ -80,6 +114,14 @@ export class ClusterPanel extends ReactWidget {
           onOpenJob={this._options.openJob}
           jobName={this._options.jobName}
           showHistory={true}
+        />
+        <TimelineSection
+          model={this.timeline}
+          options={{
+            jobName: this._options.jobName,
+            openJob: this._options.openJob,
+            openTab: this._options.openTimeline
+          }}
         />
       </div>
     );

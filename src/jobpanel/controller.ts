@@ -14,6 +14,7 @@ import type { IDisposable } from '@lumino/disposable';
 import { DEFAULT_MAX_POINTS } from '../charts/downsample';
 import { AllocationSeries, LossSeries } from '../charts/series';
 import type { IFormedGroup, IRestart } from '../jobview/timeline';
+import { advanceProgress, type IJobProgress } from '../jobs/progress';
 import {
   EventStream,
   type ConnectionStatus,
@@ -22,6 +23,7 @@ import {
   type IJobApi,
   type IJobEvent,
   type IJobInfo,
+  type IMetricRecord,
   type SocketFactory,
   reasonMessage
 } from '../api';
@@ -116,6 +118,14 @@ export class JobController implements IDisposable {
 
   /** A restart job's restarts of all its workers, oldest first, each once (`restart` events). */
   readonly restarts: IRestart[] = [];
+
+  /**
+   * Where training is (epoch, step within it, and the totals the runtime
+   * reported); null before any metric record.
+   */
+  get progress(): IJobProgress | null {
+    return this._progress;
+  }
 
   /** The job as last known; null until loaded. */
   get job(): IJobInfo | null {
@@ -324,7 +334,7 @@ export class JobController implements IDisposable {
         return;
       }
       this._metricsCursor = page.cursor;
-      if (this.loss.addRecords(page.metrics)) {
+      if (this._addRecords(page.metrics)) {
         this._emit();
       }
     }
@@ -408,12 +418,20 @@ export class JobController implements IDisposable {
         }
         break;
       case 'metrics':
-        this.loss.addRecords(event.records ?? []);
+        this._addRecords(event.records ?? []);
         break;
       default:
         return;
     }
     this._emit();
+  }
+
+  /** Add metric records to the charts and the progress; true when either changed. */
+  private _addRecords(records: readonly IMetricRecord[]): boolean {
+    const progress = advanceProgress(this._progress, records);
+    const moved = progress !== this._progress;
+    this._progress = progress;
+    return this.loss.addRecords(records) || moved;
   }
 
   /**
@@ -496,6 +514,7 @@ export class JobController implements IDisposable {
   private readonly _streamOptions: IJobControllerOptions['stream'] & object;
   private readonly _now: () => number;
   private _job: IJobInfo | null = null;
+  private _progress: IJobProgress | null = null;
   private _snapshotTime = 0;
   private _error: string | null = null;
   private _metricsCursor = 0;

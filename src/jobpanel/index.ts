@@ -1,2 +1,4 @@
 export * from './controller';
 export * from './panel';
+export * from './dialogs';
+export * from './logtext';

@@ -4,65 +4,24 @@
  * and cancel / priority / max-GPU controls. It renders a `JobController` and
  * calls its actions; it fetches nothing itself.
  */
-import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Poll } from '@lumino/polling';
 
 import { AllocationTimeline } from '../charts/allocation';
 import { lossChartEmptyText, timelineEmptyText } from '../charts/empty';
 import { LossChart } from '../charts/loss';
-import type { IProgress } from '../charts/series';
 import { el } from '../dom';
 import { ALL_LOGS, type JobController } from './controller';
-import { PRIORITY_MAX, PRIORITY_MIN, plannedEpochs } from '../api';
+import { confirmCancelDialog } from './dialogs';
+import { PRIORITY_MAX, PRIORITY_MIN } from '../api';
 import { describeKind } from '../format';
+import { describeProgress } from '../jobs/progress';
+import { NO_OUTPUT } from './logtext';
 
 /** Options of a job panel. */
 export interface IJobPanelOptions {
   controller: JobController;
   /** Ask before cancelling (default: a JupyterLab dialog). */
   confirmCancel?: (name: string) => Promise<boolean>;
-}
-
-/** Ask, in a JupyterLab dialog, whether to cancel the job. */
-export async function confirmCancelDialog(name: string): Promise<boolean> {
-  const result = await showDialog({
-    title: 'Cancel training job',
-    body: `Cancel ${name}? Its processes stop and its GPUs are freed; checkpoints stay.`,
-    buttons: [
-      Dialog.cancelButton({ label: 'Keep running' }),
-      Dialog.warnButton({ label: 'Cancel job' })
-    ]
-  });
-  return result.button.accept;
-}
-
-/** "epoch 2/3 · step 5/16 · global step 37" and the fraction done, if known. */
-export function describeProgress(
-  progress: IProgress | null,
-  epochs: number | null
-): { text: string; fraction: number | null } {
-  if (progress === null) {
-    return { text: 'waiting for the first step', fraction: null };
-  }
-  const epochText =
-    epochs !== null
-      ? `epoch ${progress.epoch + 1}/${epochs}`
-      : `epoch ${progress.epoch + 1}`;
-  const perEpoch = progress.stepsPerEpoch;
-  const stepText =
-    perEpoch !== null
-      ? `step ${progress.step + 1}/${perEpoch}`
-      : `step ${progress.step + 1}`;
-  let fraction: number | null = null;
-  if (epochs !== null && perEpoch !== null) {
-    fraction = Math.min(1, (progress.globalStep + 1) / (epochs * perEpoch));
-  } else if (epochs !== null) {
-    fraction = Math.min(1, progress.epochsDone / epochs);
-  }
-  return {
-    text: `${epochText} · ${stepText} · global step ${progress.globalStep}`,
-    fraction
-  };
 }
 
 /** A series' last value; null when it has none. */
@@ -244,25 +203,16 @@ export class JobPanel {
     this._kind.title = kind?.title ?? '';
     this._kind.dataset.kind = kind?.kind ?? '';
     this._kind.dataset.fixed = String(kind?.fixed ?? false);
+    // One wording everywhere: `epoch e/E · step s/S` (jobs/progress.ts).
+    const { text, fraction } = job
+      ? describeProgress(c.progress, job)
+      : { text: '', fraction: null };
+    this._progressText.textContent = text || '–';
+    this._bar.hidden = fraction === null;
+    const percent = Math.round((fraction ?? 0) * 100);
+    this._barFill.style.width = `${percent}%`;
+    this._bar.setAttribute('aria-valuenow', String(percent));
     const progress = c.loss.progress;
-    const planned = job ? plannedEpochs(job) : null;
-    const { text, fraction } = describeProgress(progress, planned);
-    // Without step records, a WMLA program's emetrics say how far it is.
-    const iteration = c.loss.lastIteration;
-    this._progressText.textContent =
-      progress === null && iteration !== null
-        ? `iteration ${iteration}`
-        : job?.state === 'SUCCEEDED' && progress === null
-          ? 'done'
-          : text;
-    const shown =
-      job?.state === 'SUCCEEDED' ? 1 : fraction === null ? null : fraction;
-    this._bar.hidden = shown === null;
-    this._barFill.style.width = `${Math.round((shown ?? 0) * 100)}%`;
-    this._bar.setAttribute(
-      'aria-valuenow',
-      String(Math.round((shown ?? 0) * 100))
-    );
     const lossParts: string[] = [];
     // A WMLA program's own loop reports its losses only as emetrics.
     const trainLoss =
@@ -346,7 +296,8 @@ export class JobPanel {
     }
     this._logSelect.value = selected;
     this._logSelect.hidden = names.length === 0;
-    const shown = text || (names.length === 0 ? '(no logs yet)' : '(empty)');
+    const shown = text || NO_OUTPUT;
+    this._logText.classList.toggle('jp-mod-empty', !text);
     if (this._logText.textContent !== shown) {
       const atEnd =
         this._logText.scrollTop + this._logText.clientHeight >=

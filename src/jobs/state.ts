@@ -4,31 +4,13 @@
  * and no I/O, so that replays, races and filters are tested on their own.
  */
 import {
-  type IMetricRecord,
-  plannedEpochs,
   TERMINAL_STATES,
   withRuntimeChange,
   type IJobEvent,
   type IJobInfo,
   type JobState
 } from '../api';
-
-/** Where a job's training is, from its last metric records. */
-export interface IJobProgress {
-  epoch: number;
-  /** Step within the epoch (0-based). */
-  step: number;
-  globalStep: number;
-  /** Epochs finished (epoch records seen). */
-  epochsDone: number;
-  /** Steps of a finished epoch, when one has finished. */
-  stepsPerEpoch: number | null;
-  /**
-   * The last iteration of a program that reports only WMLA emetrics records
-   * (no runtime step or epoch records): its progress is this iteration.
-   */
-  iteration?: number;
-}
+import { advanceProgress, type IJobProgress } from './progress';
 
 /** One row of the job list. */
 export interface IJobRow {
@@ -74,60 +56,6 @@ export function upsertJob(jobs: JobMap, job: IJobInfo): JobMap {
 
 function finite(value: unknown): value is number {
   return typeof value === 'number' && Number.isFinite(value);
-}
-
-/**
- * Progress after these metric records: step and epoch records of the runtime,
- * else the iterations of emetrics records (a WMLA program's own metrics).
- */
-export function advanceProgress(
-  progress: IJobProgress | null,
-  records: readonly IMetricRecord[]
-): IJobProgress | null {
-  let out = progress;
-  for (const record of records) {
-    if (record.type === 'epoch' && finite(record.epoch)) {
-      const base = out ?? {
-        epoch: record.epoch,
-        step: 0,
-        globalStep: 0,
-        epochsDone: 0,
-        stepsPerEpoch: null
-      };
-      out = {
-        ...base,
-        iteration: undefined,
-        epochsDone: Math.max(base.epochsDone, record.epoch + 1),
-        stepsPerEpoch:
-          base.epoch === record.epoch ? base.step + 1 : base.stepsPerEpoch
-      };
-    } else if (record.type === 'step' && finite(record.global_step)) {
-      if (out !== null && record.global_step < out.globalStep) {
-        continue; // older than what is known (a replay)
-      }
-      out = {
-        epoch: finite(record.epoch) ? record.epoch : (out?.epoch ?? 0),
-        step: finite(record.step) ? record.step : (out?.step ?? 0),
-        globalStep: record.global_step,
-        epochsDone: out?.epochsDone ?? 0,
-        stepsPerEpoch: out?.stepsPerEpoch ?? null
-      };
-    } else if (record.type === 'emetrics' && finite(record.iteration)) {
-      if (out === null) {
-        out = {
-          epoch: 0,
-          step: 0,
-          globalStep: 0,
-          epochsDone: 0,
-          stepsPerEpoch: null,
-          iteration: record.iteration
-        };
-      } else if (out.iteration !== undefined) {
-        out = { ...out, iteration: Math.max(out.iteration, record.iteration) };
-      }
-    }
-  }
-  return out;
 }
 
 /**
@@ -307,36 +235,4 @@ export function formatDuration(seconds: number): string {
     return `${h} h ${String(m % 60).padStart(2, '0')} min`;
   }
   return `${Math.floor(h / 24)} d ${h % 24} h`;
-}
-
-/** The fraction done (0-1) when it can be told, and a short text. */
-export function progressOf(row: IJobRow): {
-  fraction: number | null;
-  text: string;
-} {
-  const { job, progress } = row;
-  if (job.state === 'SUCCEEDED') {
-    return { fraction: 1, text: 'done' };
-  }
-  if (progress === null) {
-    return { fraction: null, text: '' };
-  }
-  if (progress.iteration !== undefined) {
-    return { fraction: null, text: `iteration ${progress.iteration}` };
-  }
-  const epochs = plannedEpochs(job);
-  let fraction: number | null = null;
-  if (epochs !== null && progress.stepsPerEpoch !== null) {
-    fraction = Math.min(
-      1,
-      (progress.globalStep + 1) / (epochs * progress.stepsPerEpoch)
-    );
-  } else if (epochs !== null) {
-    fraction = Math.min(1, progress.epochsDone / epochs);
-  }
-  const epochText =
-    epochs !== null
-      ? `epoch ${progress.epoch + 1}/${epochs}`
-      : `epoch ${progress.epoch + 1}`;
-  return { fraction, text: `${epochText} · step ${progress.globalStep}` };
 }

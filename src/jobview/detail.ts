@@ -6,14 +6,12 @@
  * per-process tabs and follow, the spec, the artifacts, and actions that each
  * ask for confirmation first.
  */
-import { InputDialog } from '@jupyterlab/apputils';
 import { ServerConnection } from '@jupyterlab/services';
+import type { IDisposable } from '@lumino/disposable';
 import { Widget } from '@lumino/widgets';
 import type { Message } from '@lumino/messaging';
 
 import {
-  PRIORITY_MAX,
-  PRIORITY_MIN,
   downloadUrl,
   listArtifacts,
   type IArtifact,
@@ -26,7 +24,15 @@ import {
 import { el } from '../dom';
 import { formatBytes } from '../format';
 import { ALL_LOGS, JobController } from '../jobpanel/controller';
-import { JobPanel, confirmCancelDialog } from '../jobpanel/panel';
+import {
+  askMaxGpusDialog,
+  askPriorityDialog,
+  confirmCancelDialog
+} from '../jobpanel/dialogs';
+import { NO_OUTPUT } from '../jobpanel/logtext';
+import { JobPanel } from '../jobpanel/panel';
+import { plainCodeViewer, type CodeViewer } from './codeviewer';
+import { specCode, specRows } from './spec';
 import {
   allocationChanges,
   clockTime,
@@ -49,26 +55,8 @@ export interface IConfirm {
 /** JupyterLab dialogs: each change is typed and confirmed, or dropped. */
 export const dialogConfirm: IConfirm = {
   cancel: confirmCancelDialog,
-  async priority(current) {
-    const result = await InputDialog.getNumber({
-      title: `Change priority (${PRIORITY_MIN} to ${PRIORITY_MAX}; higher is served first)`,
-      value: current,
-      okLabel: 'Change priority'
-    });
-    return result.button.accept && Number.isInteger(result.value)
-      ? result.value
-      : null;
-  },
-  async maxGpus(current) {
-    const result = await InputDialog.getNumber({
-      title: 'Change the most GPUs the job may hold',
-      value: current,
-      okLabel: 'Change max GPUs'
-    });
-    return result.button.accept && Number.isInteger(result.value)
-      ? result.value
-      : null;
-  }
+  priority: askPriorityDialog,
+  maxGpus: askMaxGpusDialog
 };
 
 /** Options of a detail tab. */
@@ -84,12 +72,34 @@ export interface IJobDetailOptions {
   listArtifacts?: (jobId: string) => Promise<IArtifact[]>;
   /** Cap on points per chart series. */
   maxPoints?: number;
+  /** Shows the job's code (read-only); plain text by default. */
+  codeViewer?: CodeViewer;
 }
 
 function section(title: string, className: string): HTMLElement {
   const node = el('section', `jp-edt-detail-section ${className}`);
   node.append(el('h3', 'jp-edt-section-title', title));
   return node;
+}
+
+/** One line of the allocation changes: its clock time, what changed, and how training went on. */
+function changeLine(
+  time: number,
+  what: string,
+  after: string | null
+): HTMLLIElement {
+  // Columns of one grid (style/jobs.css); the spaces between them are for
+  // copying and for screen readers.
+  const item = el('li', 'jp-edt-change-line');
+  item.append(
+    el('span', 'jp-edt-change-time jp-edt-muted', clockTime(time)),
+    ' ',
+    el('span', 'jp-edt-change-what', what)
+  );
+  if (after !== null) {
+    item.append(' ', el('span', 'jp-edt-change-after jp-edt-muted', after));
+  }
+  return item;
 }
 
 /** The detail tab's content. */
@@ -101,11 +111,13 @@ export class JobDetail extends Widget {
     this.addClass('jp-edt-jobdetail');
     this.node.dataset.jobId = options.jobId;
     this.title.label = `Job ${options.jobId}`;
+    this.title.caption = `Job ${options.jobId}`;
     this.title.closable = true;
     const settings = options.settings ?? ServerConnection.makeSettings();
     this._settings = settings;
     this._confirm = options.confirm ?? dialogConfirm;
     this._onJobChanged = options.onJobChanged ?? null;
+    this._codeViewer = options.codeViewer ?? plainCodeViewer;
     this._listArtifacts =
       options.listArtifacts ?? (jobId => listArtifacts(jobId, settings));
     this.controller =
@@ -141,7 +153,7 @@ export class JobDetail extends Widget {
 
     // Allocation changes, under the panel's timeline.
     const changes = section('Allocation changes', 'jp-edt-detail-allocation');
-    this._changes = el('ol', 'jp-edt-allocation-changes');
+    this._changes = el('ul', 'jp-edt-allocation-changes');
     changes.append(this._changes);
 
     // Logs: one tab per process, and follow.
@@ -159,10 +171,12 @@ export class JobDetail extends Widget {
     this._logText.setAttribute('role', 'log');
     logs.append(bar, this._logText);
 
-    // Spec and artifacts.
+    // Spec (a table, and the code read-only) and artifacts.
     const spec = section('Spec', 'jp-edt-detail-spec');
-    this._spec = el('pre', 'jp-edt-spec-text');
-    spec.append(this._spec);
+    this._spec = el('table', 'jp-edt-spec-table');
+    this._code = el('div', 'jp-edt-spec-code');
+    this._code.hidden = true;
+    spec.append(this._spec, this._code);
     const artifacts = section('Artifacts', 'jp-edt-detail-artifacts');
     this._artifacts = el('ul', 'jp-edt-artifact-list');
     this._zip = el('a', 'jp-edt-result-zip', 'Download everything (zip)');
@@ -236,6 +250,7 @@ export class JobDetail extends Widget {
       return;
     }
     this.controller.changed.disconnect(this._render, this);
+    this._codeView?.dispose();
     this.panel.dispose();
     this.controller.dispose();
     super.dispose();
@@ -267,56 +282,53 @@ export class JobDetail extends Widget {
     const c = this.controller;
     const job = c.job;
     if (job) {
-      this.title.label = `${job.name || 'job'} [${job.id}]`;
-      this.title.caption = `${job.name || 'job'}: ${job.state}`;
+      // The whole name on the tab; the id (and state) in its tooltip.
+      const name = job.name || `Job ${job.id}`;
+      this.title.label = name;
+      this.title.caption = `${name} [${job.id}] · ${job.state}`;
       this.node.dataset.state = job.state;
-      const specText = JSON.stringify(job.spec, null, 2);
-      if (this._spec.textContent !== specText) {
-        this._spec.textContent = specText;
-      }
+      this._renderSpec(job);
     }
     const frozen = !job || c.done || c.busy;
     this._cancel.disabled = frozen;
     this._priority.disabled = frozen;
     this._maxGpus.disabled = frozen;
 
-    // Allocation changes and restarts, newest first.
+    // Allocation changes and restarts, oldest first.
     const { x, y } = c.allocation.points;
     const kind = job ? jobKind(job) : 'elastic';
     const seen = `${x.length}/${c.formed.length}/${c.restarts.length}/${kind}`;
     if (seen !== this._changesSeen) {
       this._changesSeen = seen;
+      const changes = withFormedGroups(allocationChanges(x, y), c.formed).map(
+        change => {
+          const formed = change.formed
+            ? describeFormed(change.formed, kind)
+            : null;
+          const item = changeLine(change.time, describeChange(change), formed);
+          item.classList.add('jp-edt-allocation-change');
+          item.dataset.gpus = String(change.to);
+          return { time: change.time, item };
+        }
+      );
       const restarts = c.restarts.map(restart => {
-        const item = el('li', 'jp-edt-restart');
+        const item = changeLine(restart.time, describeRestart(restart), null);
+        item.classList.add('jp-edt-restart');
         item.title = restart.reason;
         item.dataset.gpus = String(restart.world_size ?? '');
         item.dataset.cause = restart.cause;
         // Workers killed after the grace lost the steps since their checkpoint.
         item.classList.toggle('jp-mod-warn', restart.killed.length > 0);
-        item.append(
-          el('span', 'jp-edt-muted', clockTime(restart.time)),
-          document.createTextNode(` ${describeRestart(restart)}`)
-        );
         return { time: restart.time, item };
       });
-      const changes = withFormedGroups(allocationChanges(x, y), c.formed).map(
-        change => {
-          const item = el('li', 'jp-edt-allocation-change');
-          item.dataset.gpus = String(change.to);
-          item.append(
-            el('span', 'jp-edt-muted', clockTime(change.time)),
-            document.createTextNode(` ${describeChange(change)}`)
-          );
-          if (change.formed) {
-            const formed = describeFormed(change.formed, kind);
-            item.append(el('span', 'jp-edt-muted', ` · ${formed}`));
-          }
-          return { time: change.time, item };
-        }
-      );
-      // A restart follows the change that caused it: at the same time, above it.
-      const lines = [...restarts, ...changes].sort((a, b) => b.time - a.time);
+      // A restart follows the change that caused it (at the same time, below it).
+      const lines = [...changes, ...restarts].sort((a, b) => a.time - b.time);
       this._changes.replaceChildren(...lines.map(line => line.item));
+      if (lines.length === 0) {
+        this._changes.append(
+          el('li', 'jp-edt-muted jp-edt-allocation-none', 'no GPUs yet')
+        );
+      }
     }
 
     this._renderLogTabs();
@@ -360,18 +372,38 @@ export class JobDetail extends Widget {
       tab.classList.toggle('jp-mod-active', active);
       tab.setAttribute('aria-selected', String(active));
     }
-    const shown =
-      text ||
-      (names.length === 0
-        ? '(no logs yet)'
-        : selected === ALL_LOGS
-          ? '(every log is empty so far)'
-          : '(empty so far)');
+    const shown = text || NO_OUTPUT;
+    this._logText.classList.toggle('jp-mod-empty', !text);
     if (this._logText.textContent !== shown) {
       this._logText.textContent = shown;
       if (this._follow.checked) {
         this._logText.scrollTop = this._logText.scrollHeight;
       }
+    }
+  }
+
+  /** The spec table and the code, drawn again only when the spec or GPUs change. */
+  private _renderSpec(job: IJobInfo): void {
+    const rows = specRows(job);
+    const seen = JSON.stringify(rows);
+    if (seen !== this._specSeen) {
+      this._specSeen = seen;
+      this._spec.replaceChildren(
+        ...rows.map(row => {
+          const tr = el('tr', 'jp-edt-spec-row');
+          const value = el('td', 'jp-edt-spec-value', row.value);
+          value.classList.toggle('jp-mod-code', row.code === true);
+          tr.append(el('th', 'jp-edt-spec-label', row.label), value);
+          tr.firstElementChild?.setAttribute('scope', 'row');
+          return tr;
+        })
+      );
+    }
+    const code = specCode(job);
+    if (code !== null && this._codeView === null) {
+      this._code.hidden = false;
+      this._code.dataset.path = code.path;
+      this._codeView = this._codeViewer(this._code, code.code, code.path);
     }
   }
 
@@ -419,11 +451,15 @@ export class JobDetail extends Widget {
   private readonly _cancel: HTMLButtonElement;
   private readonly _priority: HTMLButtonElement;
   private readonly _maxGpus: HTMLButtonElement;
-  private readonly _changes: HTMLOListElement;
+  private readonly _changes: HTMLUListElement;
   private readonly _logTabs: HTMLDivElement;
   private readonly _follow: HTMLInputElement;
   private readonly _logText: HTMLPreElement;
-  private readonly _spec: HTMLPreElement;
+  private readonly _spec: HTMLTableElement;
+  private readonly _code: HTMLDivElement;
+  private readonly _codeViewer: CodeViewer;
+  private _codeView: IDisposable | null = null;
+  private _specSeen = '';
   private readonly _artifacts: HTMLUListElement;
   private readonly _zip: HTMLAnchorElement;
   private _tabNames: string[] = [];

@@ -8,6 +8,7 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { MainAreaWidget, WidgetTracker } from '@jupyterlab/apputils';
+import { IEditorServices } from '@jupyterlab/codeeditor';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { DisposableDelegate } from '@lumino/disposable';
@@ -20,10 +21,11 @@ import {
   webSocketFactory
 } from '../api';
 import { edtIcon } from '../icons';
-import { addMainTab } from '../shell';
+import { addMainTab, jobIdUnderContextMenu } from '../shell';
 import { DEFAULT_SETTINGS, keepLossScale, watchSettings } from '../settings';
 import { JobsModel } from '../jobs/model';
 import { CommandIDs, IEdtJobs } from '../tokens';
+import { editorCodeViewer } from './codeviewer';
 import { JobDetail } from './detail';
 
 /** Whether the browser tab is visible (always, outside a browser). */
@@ -39,11 +41,12 @@ export const jobsPlugin: JupyterFrontEndPlugin<IEdtJobs> = {
     'Elastic Training jobs: the live job list and the job tabs (IEdtJobs).',
   autoStart: true,
   provides: IEdtJobs,
-  optional: [ILayoutRestorer, ISettingRegistry],
+  optional: [ILayoutRestorer, ISettingRegistry, IEditorServices],
   activate: (
     app: JupyterFrontEnd,
     restorer: ILayoutRestorer | null,
-    registry: ISettingRegistry | null
+    registry: ISettingRegistry | null,
+    editorServices: IEditorServices | null
   ): IEdtJobs => {
     const serverSettings = ServerConnection.makeSettings();
     const api = restJobApi(serverSettings);
@@ -54,6 +57,11 @@ export const jobsPlugin: JupyterFrontEndPlugin<IEdtJobs> = {
     // Every loss chart's log toggle (job tabs and notebook widgets alike) is
     // kept in the settings, once for the page.
     void keepLossScale(registry);
+
+    // A job's code shows read-only, highlighted, in JupyterLab's editor.
+    const codeViewer = editorServices
+      ? editorCodeViewer(editorServices)
+      : undefined;
 
     const model = new JobsModel({
       listJobs: () => listJobs([], serverSettings),
@@ -77,7 +85,8 @@ export const jobsPlugin: JupyterFrontEndPlugin<IEdtJobs> = {
       caption: 'Show a training job in a tab',
       icon: edtIcon,
       execute: async args => {
-        const jobId = String(args.jobId ?? '');
+        // From a context menu, the job it was opened on.
+        const jobId = String(args.jobId ?? jobIdUnderContextMenu(app) ?? '');
         if (!jobId) {
           throw new Error('jupyter-edt:open-job needs a jobId argument.');
         }
@@ -90,17 +99,21 @@ export const jobsPlugin: JupyterFrontEndPlugin<IEdtJobs> = {
           jobId,
           settings: serverSettings,
           maxPoints: maxChartPoints,
-          onJobChanged: job => model.update(job)
+          onJobChanged: job => model.update(job),
+          codeViewer
         });
         const widget = new MainAreaWidget({ content });
         widget.id = content.id;
         widget.title.icon = edtIcon;
+        // Its tab is as wide as the job's whole name (style/jobs.css).
+        widget.title.className = 'jp-edt-job-tab';
         widget.addClass('jp-edt-jobdetail-tab');
-        content.title.changed.connect(() => {
+        const copyTitle = () => {
           widget.title.label = content.title.label;
           widget.title.caption = content.title.caption;
-        });
-        widget.title.label = content.title.label;
+        };
+        content.title.changed.connect(copyTitle);
+        copyTitle();
         return addMainTab(app, tracker, widget);
       }
     });

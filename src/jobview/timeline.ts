@@ -15,7 +15,7 @@ export interface IAllocationChange {
   to: number;
 }
 
-/** The changes in a count series (x: times, y: counts), newest first. */
+/** The changes in a count series (x: times, y: counts), oldest first. */
 export function allocationChanges(
   times: readonly number[],
   counts: readonly number[]
@@ -29,7 +29,7 @@ export function allocationChanges(
       previous = counts[i];
     }
   }
-  return out.reverse();
+  return out;
 }
 
 /** A group the job's workers formed (a `formed` event). */
@@ -44,7 +44,7 @@ export interface IFormedGroup {
 }
 
 /**
- * Each change (newest first, as `allocationChanges` gives them) with the group
+ * Each change (oldest first, as `allocationChanges` gives them) with the group
  * that formed on it: the first of that size after it and before the next
  * change; null while none has.
  */
@@ -53,7 +53,7 @@ export function withFormedGroups(
   groups: readonly IFormedGroup[]
 ): (IAllocationChange & { formed: IFormedGroup | null })[] {
   return changes.map((change, i) => {
-    const next = i > 0 ? changes[i - 1].time : Infinity;
+    const next = i + 1 < changes.length ? changes[i + 1].time : Infinity;
     const formed =
       groups.find(
         g =>
@@ -71,8 +71,9 @@ export function describeFormed(
   group: IFormedGroup,
   kind: JobKind = 'elastic'
 ): string {
+  // A number and its unit never part at the end of a line.
   const seconds = (s: number): string =>
-    `${s < 10 ? s.toFixed(2) : s.toFixed(0)} s`;
+    `${s < 10 ? s.toFixed(2) : s.toFixed(0)}\u00a0s`;
   const pause = kind === 'restart' ? '' : ` (pause ${seconds(group.pause_s)})`;
   return group.waited_s === null
     ? `trained on${pause}`

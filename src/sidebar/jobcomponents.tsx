@@ -1,18 +1,27 @@
 import * as React from 'react';
 
-import { HTMLSelect } from '@jupyterlab/ui-components';
+import {
+  HTMLSelect,
+  copyIcon,
+  editIcon,
+  launchIcon,
+  stopIcon,
+  type LabIcon
+} from '@jupyterlab/ui-components';
 
 import {
   STATE_CHOICES,
   elapsedSeconds,
   formatDuration,
-  progressOf,
   type IJobFilter,
   type IJobRow
 } from '../jobs/state';
 import type { IJobsState } from '../jobs/model';
-import type { IJobInfo } from '../api';
+import { describeProgress } from '../jobs/progress';
+import { TERMINAL_STATES, type IJobInfo } from '../api';
 import { describeKind } from '../format';
+import { shortReason } from '../notify';
+import type { IJobActions } from './actions';
 
 /** A job's state as a coloured badge (colours in style/base.css). */
 export function StateBadge(props: { state: string }): JSX.Element {
@@ -40,14 +49,98 @@ export function KindTag(props: {
   );
 }
 
-/** One job: name, owner, state, GPUs now/max, progress and elapsed time. */
+/** One hover action of a row: an icon button. */
+function RowAction(props: {
+  action: string;
+  label: string;
+  icon: LabIcon;
+  onAct: () => void;
+}): JSX.Element {
+  return (
+    <button
+      type="button"
+      className="jp-edt-jobrow-action jp-Button jp-mod-minimal"
+      data-action={props.action}
+      title={props.label}
+      aria-label={props.label}
+      onClick={event => {
+        event.stopPropagation(); // not the row's own click (open)
+        props.onAct();
+      }}
+    >
+      <props.icon.react tag="span" />
+    </button>
+  );
+}
+
+/**
+ * A row's hover actions (shown on hover and on keyboard focus): open, cancel
+ * and change max GPUs while the job runs, copy its id. The same actions as
+ * the row's context menu.
+ */
+export function JobRowActions(props: {
+  job: IJobInfo;
+  actions: IJobActions;
+}): JSX.Element {
+  const { job, actions } = props;
+  const active = !TERMINAL_STATES.has(job.state);
+  return (
+    <div
+      className="jp-edt-jobrow-actions"
+      role="toolbar"
+      aria-label={`Actions on ${job.name || job.id}`}
+      // Enter or Space on a button acts on it, not on the row.
+      onKeyDown={event => event.stopPropagation()}
+    >
+      <RowAction
+        action="open"
+        label="Open job"
+        icon={launchIcon}
+        onAct={() => actions.open(job.id)}
+      />
+      {active && (
+        <RowAction
+          action="cancel"
+          label="Cancel job…"
+          icon={stopIcon}
+          onAct={() => void actions.cancel(job.id)}
+        />
+      )}
+      {active && (
+        <RowAction
+          action="max-gpus"
+          label="Change max GPUs…"
+          icon={editIcon}
+          onAct={() => void actions.changeMaxGpus(job.id)}
+        />
+      )}
+      <RowAction
+        action="copy-id"
+        label={`Copy job id (${job.id})`}
+        icon={copyIcon}
+        onAct={() => actions.copyId(job.id)}
+      />
+    </div>
+  );
+}
+
+/**
+ * One job: name, owner, state, GPUs now/max, progress and elapsed time, with
+ * its actions on hover (and in its context menu, see commands.ts).
+ */
 export function JobRow(props: {
   row: IJobRow;
   now: number;
   onOpen: (jobId: string) => void;
+  actions?: IJobActions | null;
 }): JSX.Element {
-  const { job } = props.row;
-  const { fraction, text } = progressOf(props.row);
+  const { job, progress } = props.row;
+  // One wording everywhere (jobs/progress.ts); a row says nothing before the
+  // job reports, unless it is done.
+  const shown = progress !== null || job.state === 'SUCCEEDED';
+  const { fraction, text } = shown
+    ? describeProgress(progress, job)
+    : { fraction: null, text: '' };
   const percent = fraction === null ? null : Math.round(fraction * 100);
   return (
     <li
@@ -71,6 +164,7 @@ export function JobRow(props: {
         <span className="jp-edt-jobrow-name">{job.name || job.id}</span>
         <StateBadge state={job.state} />
       </div>
+      {props.actions && <JobRowActions job={job} actions={props.actions} />}
       <div className="jp-edt-jobrow-meta jp-edt-muted">
         <span className="jp-edt-jobrow-owner" title="Owner">
           {job.user}
@@ -102,6 +196,12 @@ export function JobRow(props: {
           <span className="jp-edt-jobrow-progress-text">{text}</span>
         </div>
       )}
+      {job.state === 'FAILED' && job.reason && (
+        // the sentence the toast and the job tab give: the exception, where, which workers
+        <div className="jp-edt-jobrow-reason" title={job.reason.split('\n')[0]}>
+          {shortReason(job.reason)}
+        </div>
+      )}
     </li>
   );
 }
@@ -120,6 +220,7 @@ export function JobList(props: {
   now: number;
   onFilter: (filter: IJobFilter) => void;
   onOpen: (jobId: string) => void;
+  actions?: IJobActions | null;
 }): JSX.Element {
   const { state, rows, filter } = props;
   return (
@@ -184,6 +285,7 @@ export function JobList(props: {
               row={row}
               now={props.now}
               onOpen={props.onOpen}
+              actions={props.actions}
             />
           ))}
         </ul>

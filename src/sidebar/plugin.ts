@@ -8,15 +8,19 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
+import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStateDB } from '@jupyterlab/statedb';
 import type { ReadonlyJSONObject } from '@lumino/coreutils';
 import type { IDisposable } from '@lumino/disposable';
 
+import { restJobApi } from '../api';
 import { edtIcon } from '../icons';
 import { DEFAULT_SETTINGS, PLUGIN_ID, watchSettings } from '../settings';
 import { CommandIDs, IEdtJobs } from '../tokens';
 import { parseFilter } from '../jobs/state';
+import { createJobActions } from './actions';
+import { addJobRowCommands } from './commands';
 import { EdtSidebar } from './widget';
 
 /** Rank of the sidebar in the left area (after the file browser and friends). */
@@ -40,10 +44,19 @@ export const sidebarPlugin: JupyterFrontEndPlugin<void> = {
     state: IStateDB | null
   ): void => {
     let settings = { ...DEFAULT_SETTINGS };
+    // A row's actions, on hover and in its context menu; a cancel goes
+    // through the REST client's cancelJob.
+    const actions = createJobActions({
+      jobs: edtJobs.model,
+      api: restJobApi(ServerConnection.makeSettings()),
+      open: jobId => void edtJobs.open(jobId)
+    });
+    addJobRowCommands(app, actions);
     const sidebar = new EdtSidebar({
       jobs: edtJobs.model,
       openJob: jobId => void edtJobs.open(jobId),
-      openCluster: () => void app.commands.execute(CommandIDs.openCluster)
+      openCluster: () => void app.commands.execute(CommandIDs.openCluster),
+      actions
     });
     app.shell.add(sidebar, 'left', { rank: SIDEBAR_RANK });
     if (restorer) {

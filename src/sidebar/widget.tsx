@@ -20,7 +20,13 @@ import { JobList } from './jobcomponents';
 import type { JobsModel } from '../jobs/model';
 import { DEFAULT_FILTER, visibleJobs, type IJobFilter } from '../jobs/state';
 import { ClusterModel } from '../cluster/model';
+import type { IJobActions } from './actions';
 import { UsageModel, UsageSection } from '../usage';
+import {
+  AdminConfigModel,
+  AdminConfigSection,
+  type IAdminConfigModelOptions
+} from './adminconfig';
 
 /** The DOM id of the sidebar widget (also its layout-restorer key). */
 export const SIDEBAR_ID = 'jupyter-edt-sidebar';
@@ -39,8 +45,12 @@ export interface IEdtSidebarOptions {
   openJob?: (jobId: string) => void;
   /** Opens the cluster view in the main area. */
   openCluster?: () => void;
+  /** A job row's actions (open, cancel, change max GPUs, copy id), on hover. */
+  actions?: IJobActions;
   /** Fetches the GPU usage; the REST client by default. */
   fetchUsage?: (query: IUsageQuery) => Promise<IUsageReport>;
+  /** How an administrator's quotas and weights are read and changed. */
+  adminConfig?: IAdminConfigModelOptions;
   /** Polling period of the usage in milliseconds. */
   usageInterval?: number;
 }
@@ -66,6 +76,8 @@ export class EdtSidebar extends ReactWidget {
     this._filter = options.filter ?? DEFAULT_FILTER;
     this._openJob = options.openJob ?? null;
     this._openCluster = options.openCluster ?? null;
+    this._adminConfigOptions = options.adminConfig ?? {};
+    this._actions = options.actions ?? null;
     this.model = new ClusterModel({
       fetchCluster: options.fetchCluster ?? (() => fetchCluster()),
       interval: options.interval,
@@ -103,6 +115,15 @@ export class EdtSidebar extends ReactWidget {
     this._user = value?.name ?? null;
     if (value !== null) {
       void this.usage.start();
+    }
+    if (value?.admin && this.adminConfig === null) {
+      // an administrator edits quotas and weights (sidebar/adminconfig.tsx)
+      this.adminConfig = new AdminConfigModel({
+        standby: () => !this.isVisible || 'when-hidden',
+        ...this._adminConfigOptions
+      });
+      this.adminConfig.stateChanged.connect(this._changed, this);
+      void this.adminConfig.start();
     }
     this.update();
   }
@@ -149,6 +170,7 @@ export class EdtSidebar extends ReactWidget {
     this._clock.dispose();
     this.model.dispose();
     this.usage.dispose();
+    this.adminConfig?.dispose();
     Signal.clearData(this);
     super.dispose();
   }
@@ -199,6 +221,7 @@ export class EdtSidebar extends ReactWidget {
             now={Date.now() / 1000}
             onFilter={filter => (this.filter = filter)}
             onOpen={jobId => open?.(jobId)}
+            actions={this._actions}
           />
         )}
         <DevicesSection
@@ -214,6 +237,9 @@ export class EdtSidebar extends ReactWidget {
             onRange={range => (this.usage.range = range)}
           />
         )}
+        {this.adminConfig !== null && (
+          <AdminConfigSection model={this.adminConfig} />
+        )}
       </div>
     );
   }
@@ -225,8 +251,12 @@ export class EdtSidebar extends ReactWidget {
   private _filter: IJobFilter;
   private _user: string | null = null;
   private _me: IEdtUser | null = null;
+  /** An administrator's quotas and weights, once the user is known to be one. */
+  adminConfig: AdminConfigModel | null = null;
+  private readonly _adminConfigOptions: IAdminConfigModelOptions;
   private readonly _openJob: ((jobId: string) => void) | null;
   private readonly _openCluster: (() => void) | null;
+  private readonly _actions: IJobActions | null;
   /** Elapsed times tick once a second, only while the panel is seen. */
   private readonly _clock = new Poll({
     auto: false,

@@ -1,2 +1,4 @@
 export * from './dialog';
+export * from './fitargs';
 export * from './script';
+export * from './wording';

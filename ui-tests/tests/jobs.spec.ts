@@ -201,18 +201,21 @@ test('the job list follows two jobs, the detail tab charts one and cancels it', 
       })
       .toBeGreaterThan(2);
     await expect(detail.locator('.jp-edt-loss-chart canvas')).toBeVisible();
-    await expect(
-      detail.locator('.jp-edt-allocation-change').first()
-    ).toHaveAttribute('data-gpus', '2');
+    // Oldest first: the start on every GPU, then the shrink.
     await expect(detail.locator('.jp-edt-allocation-change')).toHaveCount(2);
+    await expect(
+      detail.locator('.jp-edt-allocation-change').last()
+    ).toHaveAttribute('data-gpus', '2');
     // and when the job trained on its new GPUs, how long they waited
     await expect(
-      detail.locator('.jp-edt-allocation-change').first()
+      detail.locator('.jp-edt-allocation-change').last()
     ).toContainText('training after', { timeout: 60 * 1000 });
     await expect(detail.locator('.jp-edt-job-gpus')).toHaveText(
       `2 / ${VIRTUAL_GPUS}`
     );
-    await expect(detail.locator('.jp-edt-spec-text')).toContainText('ui-first');
+    await expect(detail.locator('.jp-edt-spec-table')).toContainText(
+      'ui-first'
+    );
     // Per-process logs: a tab per log; the driver's has its lines.
     const driverTab = detail.locator('.jp-edt-log-tab', {
       hasText: 'driver.stderr'
@@ -238,7 +241,7 @@ test('the job list follows two jobs, the detail tab charts one and cancels it', 
     await dialog.locator('button', { hasText: 'Cancel job' }).click();
     // A notification says so, with a button that opens the job.
     const toast = page.locator('.Toastify__toast', {
-      hasText: `ui-first [${first.id}] was cancelled`
+      hasText: `ui-first [${first.id}] CANCELLED`
     });
     await expect(toast).toBeVisible();
     await expect(toast.getByRole('button', { name: 'Open' })).toBeVisible();
