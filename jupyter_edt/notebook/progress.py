@@ -42,6 +42,7 @@ class MetricsTracker:
         self.cursor = 0
         self.step: dict[str, Any] | None = None
         self.epoch: dict[str, Any] | None = None
+        self.epochs: int | None = None  # as the runtime said when training began
         self.steps_per_epoch: int | None = None
         self.emetrics: dict[str, dict[str, Any]] = {}
 
@@ -50,7 +51,10 @@ class MetricsTracker:
             if record.get("rank", 0) != 0:
                 continue  # every rank reports the same global loss; rank 0 speaks for the job
             kind = record.get("type")
-            if kind == "step":
+            if kind == "train_begin":  # fit()'s totals, whatever the submission overrode
+                self.epochs = _int(record.get("epochs")) or self.epochs
+                self.steps_per_epoch = _int(record.get("steps_per_epoch")) or self.steps_per_epoch
+            elif kind == "step":
                 self.step = record
             elif kind == "epoch":
                 self.epoch = record
@@ -73,28 +77,26 @@ class MetricsTracker:
 
 
 def format_line(job: Any, tracker: MetricsTracker | None, elapsed: float) -> str:
-    """``name [id] STATE | GPUs n/max | epoch e/E [###---] step s | loss x | 0:01:05``; a WMLA
-    program that reports only emetrics gets ``iteration n | loss x accuracy y | test loss x``
-    in place of the epoch, step and loss parts."""
+    """``name [id] STATE | GPUs n/max | [###---] epoch e/E · step s/S | loss x | 0:01:05``,
+    the sidebar's and the job tab's wording (``step`` within the epoch, the totals those the
+    runtime reported); a WMLA program that reports only emetrics gets ``iteration n | loss x
+    accuracy y | test loss x`` in place of the epoch, step and loss parts."""
     parts = [f"{job.name or 'job'} [{job.id}] {job.state}"]
     if job.state in ("STARTING", "RUNNING", "SUSPENDED") or job.devices:
         parts.append(f"GPUs {len(job.devices)}/{job.max_gpus}")
     else:
         parts.append(f"max GPUs {job.max_gpus}")
-    total = _int(job.spec.get("env", {}).get(EPOCHS_ENV))
+    total = (tracker.epochs if tracker else None) or _int(job.spec.get("env", {}).get(EPOCHS_ENV))
     step = tracker.step if tracker else None
     if step is not None:
-        epoch = int(step.get("epoch", 0))
-        done = epoch + (
-            (int(step.get("step", 0)) + 1) / tracker.steps_per_epoch
-            if tracker and tracker.steps_per_epoch
-            else 0.0
-        )
+        epoch, in_epoch = int(step.get("epoch", 0)), int(step.get("step", 0)) + 1
+        per_epoch = tracker.steps_per_epoch if tracker else None
+        done = epoch + (in_epoch / per_epoch if per_epoch else 0.0)
         text = f"epoch {epoch + 1}/{total}" if total else f"epoch {epoch + 1}"
+        text += f" · step {in_epoch}/{per_epoch}" if per_epoch else f" · step {in_epoch}"
         if total:
-            text += " " + bar(min(done / total, 1.0))
-        steps_done = int(step.get("global_step", step.get("step", 0))) + 1
-        parts.append(f"{text} step {steps_done}")
+            text = bar(min(done / total, 1.0)) + " " + text
+        parts.append(text)
         if isinstance(step.get("loss"), int | float):
             parts.append(f"loss {step['loss']:.4g}")
     val_loss = tracker.epoch.get("val_loss") if tracker and tracker.epoch else None
