@@ -31,6 +31,9 @@ export const NOTICE_MS = { success: 5000, info: 5000, error: 10000 } as const;
 /** The longest reason a toast shows (its first line); the job tab has all of it. */
 const REASON_CHARS = 160;
 
+/** JupyterLab cuts a toast's message past this many characters. */
+export const TOAST_CHARS = 140;
+
 /** A reason's first line, cut with an ellipsis past `REASON_CHARS`. */
 export function shortReason(reason: string): string {
   const line = (reason || '').split('\n')[0].trim();
@@ -60,14 +63,12 @@ export function jobNotice(
         message: `${name} SUCCEEDED.`,
         autoClose: NOTICE_MS.success
       };
-    case 'FAILED': {
-      const reason = shortReason(job.reason);
+    case 'FAILED':
       return {
         type: 'error',
-        message: reason ? `${name} FAILED: ${reason}` : `${name} FAILED.`,
+        message: failedMessage(name, job.name || job.id, job.reason),
         autoClose: NOTICE_MS.error
       };
-    }
     case 'CANCELLED':
       return {
         type: 'info',
@@ -139,3 +140,22 @@ export const notificationsPlugin: JupyterFrontEndPlugin<void> = {
     });
   }
 };
+
+/**
+ * A failure's toast: the sentence the row and the tab give, whole within the
+ * characters a toast shows (TOAST_CHARS), so the job's id gives way first
+ * (its Open button opens the job); cut only when even that is too long.
+ */
+function failedMessage(
+  name: string,
+  short: string,
+  fullReason: string
+): string {
+  const reason = shortReason(fullReason);
+  if (!reason) {
+    return `${name} FAILED.`;
+  }
+  const messages = [`${name} FAILED: ${reason}`, `${short} FAILED: ${reason}`];
+  const fits = messages.find(message => message.length <= TOAST_CHARS);
+  return fits ?? `${messages[1].slice(0, TOAST_CHARS - 1).trimEnd()}…`;
+}

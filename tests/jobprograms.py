@@ -67,6 +67,36 @@ def program(
     )
 
 
+#: A model whose layer expects 32 features, fed 64: every worker fails in its forward (main.py:11,
+#: ``RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x64 and 32x10)``), after printing
+#: "loading data".
+SHAPE_BUG = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+    from jupyter_edt.runtime import Trainer
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(32, 10)
+        def forward(self, x):
+            return self.fc(x)
+
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+    print("loading data")
+    trainer = Trainer(
+        Net(),
+        lambda: (TensorDataset(x, y), TensorDataset(x[:8], y[:8])),
+        nn.functional.cross_entropy,
+        lambda params: torch.optim.SGD(params, lr=0.1),
+    )
+    trainer.fit(1, 32, 2, micro_batch_size=8)
+    """
+)
+
+
 def elastic(job: Job | dict) -> bool:
     """Running and resizable in place: its program's elastic runtime has announced itself
     (until then a job is rigid, and the allocator leaves its devices as they are). `job`: a

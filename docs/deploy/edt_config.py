@@ -8,4 +8,4 @@ c.EDTService.policy = "fair-share"
 c.EDTService.user_quotas = {"intern1": 1}  # GPUs at once
 c.EDTService.group_quotas = {"students": 4}  # all members together
 c.EDTService.user_weights = {"alice": 2.0}  # her fair share counts double
-c.HubAuthenticator.admin_groups = ["edt-admins"]  # see and change everyone's jobs
+c.EDTService.admin_groups = ["edt-admins"]  # see and change everyone's jobs and these settings

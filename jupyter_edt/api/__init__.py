@@ -14,6 +14,7 @@ from .artifacts import ArtifactHandler, ArtifactsHandler, ResultZipHandler
 from .cluster import AllocationsHandler, ClusterHandler, NodeDrainHandler
 from .conductor import CONDUCTOR_PREFIX, conductor_handlers
 from .events import EventsHandler
+from .health import HealthHandler
 from .jobs import CancelHandler, JobHandler, LogsHandler, MetricsHandler
 from .logon import ConductorLogonHandler, LogonHandler
 from .openapi import NotFoundHandler, OpenAPIHandler
@@ -44,6 +45,7 @@ default_handlers: list[tuple[str, type[web.RequestHandler]]] = [
     (rf"{API_PREFIX}/openapi\.json", OpenAPIHandler),
     (rf"{API_PREFIX}/metrics", PrometheusHandler),
     (rf"{API_PREFIX}/admin/config", AdminConfigHandler),
+    (r"/edt/api/health", HealthHandler),
 ]
 
 #: WMLA's logons (``api/logon.py``): a server that forwards the API answers them itself.

@@ -67,23 +67,38 @@ class MetricsHandler(EDTHandler):
 
 class LogsHandler(EDTHandler):
     """Without `name`: the job's log names. With it: `tail` lines, or the bytes from `offset`.
+    With `fold=true`: the job's logs (or the log `name`) folded as a user reads a failure, each
+    traceback once with the processes that printed it, the framework's frames folded, read
+    from the last `tail` lines of each (200 by default).
 
-    A name the job has no log under is 404 naming `name`, as a missing artifact is; `tail`
-    and `offset` are checked whether or not a name is given."""
+    A name the job has no log under is 404 naming `name`, as a missing artifact is; `tail`,
+    `offset` and `fold` are checked whether or not a name is given."""
 
     async def get(self, job_id: str) -> None:
         name = self.get_argument("name", None)
         offset = _int_argument(self, "offset")
         tail = _int_argument(self, "tail")
+        fold = _bool_argument(self, "fold")
         if offset is not None and tail is not None:
             raise APIError(400, "give offset or tail, not both", "tail")
+        if fold and offset is not None:
+            raise APIError(400, "give offset or fold, not both", "fold")
         with api_errors():
             names = self.service.log_names(self.user_name, job_id)
+            if name is not None and name not in names:
+                raise APIError(404, f"Job {job_id} has no log named {name!r}.", "name")
+            if fold:
+                folded = self.service.fold_logs(
+                    self.user_name,
+                    job_id,
+                    names=names if name is None else [name],
+                    **({} if tail is None else {"tail": tail}),
+                )
+                self.write_json({"text": folded.text, "logs": list(folded.names)})
+                return
             if name is None:
                 self.write_json({"logs": names})
                 return
-            if name not in names:
-                raise APIError(404, f"Job {job_id} has no log named {name!r}.", "name")
             chunk = self.service.read_log(
                 self.user_name,
                 job_id,
@@ -113,3 +128,14 @@ def _int_argument(handler: EDTHandler, name: str) -> int | None:
     if number < 0:
         raise APIError(400, "must be a non-negative integer", name)
     return number
+
+
+def _bool_argument(handler: EDTHandler, name: str) -> bool:
+    """A flag in the query: ``true`` or ``false`` (``1``, ``0``); false when absent."""
+    value = handler.get_argument(name, None)
+    if value is None:
+        return False
+    flag = {"true": True, "1": True, "false": False, "0": False}.get(value.lower())
+    if flag is None:
+        raise APIError(400, "must be true or false", name)
+    return flag

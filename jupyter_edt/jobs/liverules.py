@@ -3,8 +3,8 @@ weights, user groups, administrators and the allocation policy.
 
 They are one record, `LiveRules`, validated as a whole before it replaces the running one, so
 that a reload of the config file (SIGHUP, ``serve/reload.py``) and the admin API (``PATCH
-/edt/api/v1/admin/config``) change them the same way (`LiveConfig.change`): validate, swap at
-once, record who changed what, reschedule. A lowered quota then shrinks the jobs over it at the
+/edt/api/v1/admin/config``) change them the same way (`LiveConfig.change`): validate, record who
+changed what, swap at once, reschedule. A lowered quota then shrinks the jobs over it at the
 next allocation, as a new job's arrival would, rather than stopping them.
 """
 
@@ -18,7 +18,16 @@ from typing import Any, Protocol
 from ..scheduling.policy import POLICIES, Policy, ShareRules
 from .models import SpecError
 
-__all__ = ["FIELDS", "BadSetting", "LiveConfig", "LiveRules", "changes_between", "policy_of"]
+__all__ = [
+    "FIELDS",
+    "BadSetting",
+    "LiveConfig",
+    "LiveRules",
+    "changes_between",
+    "describe",
+    "known_policy",
+    "policy_of",
+]
 
 log = logging.getLogger(__name__)
 
@@ -279,9 +288,11 @@ class LiveConfig:
         changed = changes_between(self.rules, rules)
         if not changed:
             return None
+        # recorded first: a change the store could not keep is not applied either; nothing
+        # awaits in between, so no allocation sees the rules half changed
+        record = self._records.record_config_change(user, source, changed)
         self.rules, self.policy = rules, policy
         self._use(rules, policy)
-        record = self._records.record_config_change(user, source, changed)
         who = f"{user} ({source})" if user else source
         log.info("live settings changed by %s: %s", who, "; ".join(map(describe, changed)))
         await self._reschedule()

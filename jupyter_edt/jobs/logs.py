@@ -9,6 +9,8 @@ from .archives import open_artifact
 
 LOG_SUFFIXES = (".stdout", ".stderr", ".out", ".log")
 MAX_CHUNK = 1 << 20  # one answer carries at most 1 MiB of log
+#: The lines read from the end of each log to fold them (as the notebook's failure report).
+FOLD_TAIL = 200
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,14 @@ class LogChunk:
     offset: int  # where `text` starts, in bytes
     next_offset: int  # pass it back to read what follows
     size: int  # the file's size now
+
+
+@dataclass(frozen=True)
+class FoldedLogs:
+    """A job's logs folded for reading (`runtime.tracebacks.fold_logs`), and the logs read."""
+
+    text: str
+    names: tuple[str, ...]
 
 
 def list_logs(log_dir: Path) -> list[str]:

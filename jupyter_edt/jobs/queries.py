@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..runtime import tracebacks
 from ..scheduling.policy import ShareRules
 from .allocations import Interval, anonymised, device_intervals
 from .archives import list_artifacts, open_artifact
 from .feed import EventFeed, Published
-from .logs import LogChunk, list_logs, read_log
+from .logs import FOLD_TAIL, FoldedLogs, LogChunk, list_logs, read_log
 from .models import HOLDING, Job, JobState
 from .protocols import JobRunner
 from .store import JobStore, UnknownJob
@@ -157,6 +158,19 @@ class JobQueries:
     ) -> LogChunk:
         self.get(user, job_id)
         return read_log(self.runner.log_dir(job_id), name, offset=offset, tail=tail)
+
+    def fold_logs(
+        self, user: str, job_id: str, *, names: list[str] | None = None, tail: int = FOLD_TAIL
+    ) -> FoldedLogs:
+        """What a user reads of a failed job's logs (`runtime.tracebacks.fold_logs`, as the
+        notebook's report): the last `tail` lines of each of `names` (every log by default),
+        each distinct traceback once with the processes that printed it, the user's frames
+        first and the framework's folded, then what each log printed besides."""
+        self.get(user, job_id)
+        log_dir = self.runner.log_dir(job_id)
+        names = list_logs(log_dir) if names is None else names
+        tails = {name: read_log(log_dir, name, tail=tail).text for name in names}
+        return FoldedLogs(tracebacks.fold_logs(tails), tuple(names))
 
     def result_dir(self, user: str, job_id: str) -> Path:
         """The job's RESULT_DIR, if `user` may see the job (it may not exist yet)."""

@@ -25,7 +25,7 @@ from ..host import JobHost
 from ..launch.accounts import Account, lookup_account
 from ..version import __version__
 from .auth import Authenticator, HubAuthenticator, TokenFileAuthenticator
-from .front import HealthHandler, ServiceFront, ServiceSocketFront
+from .front import ServiceFront, ServiceSocketFront, service_handlers
 from .reload import reload_live_settings
 
 
@@ -155,9 +155,9 @@ class EDTService(JobHost, Application):
         base = "/" + self.base_url.strip("/")
         prefix = "" if base == "/" else base
         handlers = [
-            (prefix + path, handler) for path, handler in routes(ServiceFront, ServiceSocketFront)
+            (prefix + path, handler)
+            for path, handler in service_handlers + routes(ServiceFront, ServiceSocketFront)
         ]
-        handlers.insert(0, (prefix + "/edt/api/health", HealthHandler))
         return web.Application(
             handlers,  # type: ignore[arg-type]
             edt=self,

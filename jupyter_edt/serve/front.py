@@ -17,6 +17,7 @@ from ..api.credentials import (
     request_summary,
     wmla_credentials,
 )
+from ..api.health import HEALTHY
 from ..jobs.users import Identity
 from .auth import AccessDenied, Authenticator
 
@@ -120,9 +121,21 @@ class ServiceSocketFront(_TokenIdentity, _JSONErrors, websocket.WebSocketHandler
     pass
 
 
-class HealthHandler(web.RequestHandler):
-    """GET /edt/api/health: that the service answers (no token; it says nothing else)."""
+class HealthHandler(_JSONErrors, web.RequestHandler):
+    """GET /edt/api/health without a token (``api/health.py``; it says nothing else)."""
 
     def get(self) -> None:
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"status": "ok"}))
+        self.finish(json.dumps(HEALTHY))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        if status_code == 405:  # RFC 9110: a 405 names the methods the resource has
+            self.set_header("Allow", "GET")
+        super().write_error(status_code, **kwargs)
+
+
+#: What the service serves before the API's routes: its health without a token, where the
+#: API's own health route (``api/health.py``, behind the front) would ask for one.
+service_handlers: list[tuple[str, type[web.RequestHandler]]] = [
+    (r"/edt/api/health", HealthHandler),
+]

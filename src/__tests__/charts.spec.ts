@@ -547,10 +547,18 @@ describe('charts drawn by uPlot (on a stand-in canvas)', () => {
     const [steps, losses] = axisLabels(chart);
     expect(steps).toEqual(['0', '200', '400', '600', '800', '1000']);
     expect(losses).toContain('1');
+    // The node says what the canvas shows, for whoever cannot read a canvas.
+    const ticks = (axis: string) =>
+      JSON.parse(chart.node.getAttribute(`data-${axis}-ticks`) ?? 'null');
+    expect(ticks('x')).toEqual(steps);
+    expect(ticks('y')).toEqual(losses);
+    expect(ticks('y2')).toEqual(axisLabels(chart)[2]);
 
     scale.value = 'log';
     await draw(chart);
     expect(axisLabels(chart)[1]?.[0]).toBe('1e-4');
+    expect(ticks('y')).toEqual(axisLabels(chart)[1]);
+    expect(ticks('y')).not.toEqual(losses);
     expect(legend()).toEqual(['step1000', 'loss1.6e-4', 'val_acc0.8']);
     chart.dispose();
   });

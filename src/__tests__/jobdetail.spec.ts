@@ -42,6 +42,13 @@ function fakeServer(calls: string[]): IJobApi {
       next_offset: 10,
       size: 10
     }),
+    getFoldedLogs: async () => {
+      calls.push('GET folded');
+      return {
+        text: 'w0, w1: Traceback (most recent call last):\nValueError: no data\n',
+        logs: ['driver.stderr', 'w0.log']
+      };
+    },
     patchJob: async (_id, change) => {
       calls.push(`PATCH ${JSON.stringify(change)}`);
       job = { ...job, ...change, updated: job.updated + 1 };
@@ -174,6 +181,49 @@ describe('JobDetail', () => {
       () => q('.jp-edt-detail-log-text').textContent === 'w0.log line\n'
     );
     expect(tabs[2].getAttribute('aria-selected')).toBe('true');
+  });
+
+  it('shows a failure folded in its first log tab, the raw logs in the others', async () => {
+    await waitFor(() => socket !== null);
+    socket?.onopen?.({});
+    socket?.onmessage?.({
+      data: JSON.stringify({
+        id: 9,
+        job_id: JOB.id,
+        time: 300,
+        kind: 'state',
+        state: 'FAILED',
+        reason: 'ValueError: no data (main.py:3; workers w0, w1)'
+      })
+    });
+    await detail.controller.refreshLogs();
+    expect(detail.node.dataset.state).toBe('FAILED');
+    const tabs = () =>
+      Array.from(detail.node.querySelectorAll<HTMLElement>('.jp-edt-log-tab'));
+    expect(tabs().map(t => t.textContent)).toEqual([
+      'failure',
+      'all',
+      'driver.stderr',
+      'w0.log'
+    ]);
+    const [failure, all] = tabs();
+    expect(failure.getAttribute('aria-selected')).toBe('true');
+    expect(failure.title).toContain('raw logs');
+    const log = q('.jp-edt-detail-log-text');
+    expect(log.textContent).toBe(
+      'w0, w1: Traceback (most recent call last):\nValueError: no data'
+    );
+    expect(calls).toContain('GET folded');
+
+    all.click();
+    await detail.controller.refreshLogs();
+    expect(all.getAttribute('aria-selected')).toBe('true');
+    expect(log.textContent).toBe(
+      '==> driver.stderr <==\ndriver.stderr line\n==> w0.log <==\nw0.log line'
+    );
+    tabs()[3].click();
+    await detail.controller.refreshLogs();
+    expect(log.textContent).toBe('w0.log line\n');
   });
 
   /** Deliver events as the server's feed does: a batch in one message. */

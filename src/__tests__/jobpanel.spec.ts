@@ -1,4 +1,4 @@
-import { JobController } from '../jobpanel/controller';
+import { ALL_LOGS, FOLDED_LOGS, JobController } from '../jobpanel/controller';
 import { JobPanel } from '../jobpanel/panel';
 import type { IJobApi, IJobInfo, ISocketLike } from '../api';
 import { EMETRICS } from './fixtures/emetrics';
@@ -21,6 +21,19 @@ const JOB: IJobInfo = {
   updated: 100,
   finished: null
 };
+
+/** What the server answers for the failed job's logs, folded (logs?fold=true). */
+const FOLDED = [
+  'w0, w1: Traceback (most recent call last):',
+  '  File "main.py", line 11, in forward',
+  '    return self.fc(x)',
+  '  … 3 frames in torch …',
+  'RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x64 and 32x10)',
+  '',
+  '==> w0.out <==',
+  'loading data',
+  ''
+].join('\n');
 
 function api(calls: string[]): IJobApi {
   let job = { ...JOB };
@@ -50,14 +63,18 @@ function api(calls: string[]): IJobApi {
             ],
             cursor: 2
           },
-    getLogNames: async () => ['driver.log'],
-    getLog: async (_id, name) => ({
-      name,
-      text: 'hello\n',
-      offset: 0,
-      next_offset: 6,
-      size: 6
-    }),
+    getLogNames: async () => {
+      calls.push('GET logs');
+      return ['driver.log'];
+    },
+    getLog: async (_id, name) => {
+      calls.push(`GET log ${name}`);
+      return { name, text: 'hello\n', offset: 0, next_offset: 6, size: 6 };
+    },
+    getFoldedLogs: async () => {
+      calls.push('GET folded');
+      return { text: FOLDED, logs: ['driver.log'] };
+    },
     patchJob: async (_id, change) => {
       calls.push(`PATCH ${JSON.stringify(change)}`);
       job = { ...job, ...change };
@@ -134,7 +151,10 @@ describe('JobPanel', () => {
     priority.dispatchEvent(new Event('change'));
     await new Promise(resolve => setTimeout(resolve, 0));
     panel.render();
-    expect(calls).toEqual(['PATCH {"max_gpus":3}', 'PATCH {"priority":10}']);
+    expect(calls.filter(call => call.startsWith('PATCH'))).toEqual([
+      'PATCH {"max_gpus":3}',
+      'PATCH {"priority":10}'
+    ]);
     expect(q('.jp-edt-job-gpus').textContent).toBe('2 / 3');
 
     (q('.jp-edt-job-cancel') as HTMLButtonElement).click();
@@ -326,6 +346,121 @@ describe('JobPanel of a job that failed before its first step', () => {
     expect(x[2]).toBeGreaterThan(150);
 
     panel.dispose();
+    controller.dispose();
+  });
+});
+
+describe('JobPanel of a job that fails', () => {
+  const REASON =
+    'RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x64 and 32x10) ' +
+    '(main.py:11 in forward; workers w0, w1)';
+
+  it('shows the folded logs once it fails, the raw logs a choice away', async () => {
+    const calls: string[] = [];
+    let live: ISocketLike | null = null;
+    const controller = new JobController({
+      jobId: JOB.id,
+      api: api(calls),
+      connect: () => (live = socket()),
+      stream: { silenceTimeout: 0 }
+    });
+    const panel = new JobPanel({
+      controller,
+      confirmCancel: async () => false
+    });
+    document.body.appendChild(panel.node);
+    await controller.start();
+    await controller.refreshLogs();
+    panel.render();
+    const select = panel.node.querySelector(
+      '.jp-edt-job-log-select'
+    ) as HTMLSelectElement;
+    const text = panel.node.querySelector(
+      '.jp-edt-job-log-text'
+    ) as HTMLElement;
+    const options = () =>
+      Array.from(select.options).map(o => [o.value, o.textContent]);
+    // Running: the raw tails, and no folded choice.
+    expect(options()).toEqual([
+      [ALL_LOGS, 'all logs'],
+      ['driver.log', 'driver.log']
+    ]);
+    expect(text.textContent).toBe('==> driver.log <==\nhello');
+    expect(calls).not.toContain('GET folded');
+
+    // It fails: the next read is the server's folded text, chosen first.
+    (live as unknown as ISocketLike).onmessage?.({
+      data: JSON.stringify({
+        id: 5,
+        job_id: JOB.id,
+        time: 200,
+        kind: 'state',
+        state: 'FAILED',
+        reason: REASON
+      })
+    });
+    await controller.refreshLogs();
+    panel.render();
+    expect(controller.logs.selected).toBe(FOLDED_LOGS);
+    expect(options()).toEqual([
+      [FOLDED_LOGS, 'failure (folded)'],
+      [ALL_LOGS, 'all logs'],
+      ['driver.log', 'driver.log']
+    ]);
+    expect(select.value).toBe(FOLDED_LOGS);
+    expect(select.options[0].title).toContain('raw logs');
+    expect(text.dataset.log).toBe(FOLDED_LOGS);
+    expect(text.textContent).toBe(FOLDED.trimEnd());
+    expect(panel.node.querySelector('.jp-edt-job-reason')?.textContent).toBe(
+      REASON
+    );
+    expect(calls).toContain('GET folded');
+
+    // The raw logs stay reachable, and the user's choice holds.
+    select.value = ALL_LOGS;
+    select.dispatchEvent(new Event('change'));
+    await controller.refreshLogs();
+    panel.render();
+    expect(select.value).toBe(ALL_LOGS);
+    expect(text.textContent).toBe('==> driver.log <==\nhello');
+    controller.setVisible(false);
+    controller.setVisible(true);
+    await controller.refreshLogs();
+    expect(controller.logs.selected).toBe(ALL_LOGS);
+    await controller.selectLog(FOLDED_LOGS);
+    panel.render();
+    expect(text.textContent).toBe(FOLDED.trimEnd());
+
+    panel.dispose();
+    controller.dispose();
+  });
+
+  it('reads a failed job folded at once, without listing its raw logs', async () => {
+    const calls: string[] = [];
+    const controller = new JobController({
+      jobId: JOB.id,
+      api: {
+        ...api(calls),
+        getJob: async () => ({
+          ...JOB,
+          state: 'FAILED',
+          reason: REASON,
+          devices: [],
+          finished: 150
+        })
+      },
+      connect: socket,
+      stream: { silenceTimeout: 0 }
+    });
+    await controller.start();
+    await controller.refreshLogs();
+    expect(controller.logs).toEqual({
+      names: ['driver.log'],
+      choices: [FOLDED_LOGS, ALL_LOGS, 'driver.log'],
+      selected: FOLDED_LOGS,
+      text: FOLDED.trimEnd()
+    });
+    expect(calls.filter(call => call.startsWith('GET log'))).toEqual([]);
     controller.dispose();
   });
 });

@@ -4,7 +4,7 @@ import {
   describeFormed,
   withFormedGroups
 } from '../jobview/timeline';
-import { NOTICE_MS, jobNotice, shortReason } from '../notify';
+import { NOTICE_MS, TOAST_CHARS, jobNotice, shortReason } from '../notify';
 import type { IJobInfo } from '../api';
 
 function finished(change: Partial<IJobInfo>) {
@@ -68,6 +68,28 @@ describe('jobNotice', () => {
     expect(long).toHaveLength(160);
     expect(long.endsWith('…')).toBe(true);
     expect(shortReason('')).toBe('');
+  });
+
+  it('gives a failure its whole sentence within what a toast shows', () => {
+    const sentence =
+      'RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x64 and ' +
+      '32x10) (main.py:18 in forward; workers w0, w1)';
+    const failed = (reason: string) =>
+      jobNotice(finished({ state: 'FAILED', reason }), 'alice', true)
+        ?.message ?? '';
+    // With the id it would be cut (JupyterLab cuts past 140): the id gives way.
+    expect(`digits [j1] FAILED: ${sentence}`.length).toBeLessThanOrEqual(
+      TOAST_CHARS
+    );
+    const long = `${sentence} ${'x'.repeat(12)}`;
+    expect(`digits [j1] FAILED: ${long}`.length).toBeGreaterThan(TOAST_CHARS);
+    expect(failed(long)).toBe(`digits FAILED: ${long}`);
+    // Longer still, it is cut to fit, with an ellipsis.
+    const longer = failed('y'.repeat(150));
+    expect(longer).toHaveLength(TOAST_CHARS);
+    expect(longer.startsWith('digits FAILED: yyy')).toBe(true);
+    expect(longer.endsWith('…')).toBe(true);
+    expect(failed('')).toBe('digits [j1] FAILED.');
   });
 
   it("stays quiet for other users' jobs, unknown users, or when off", () => {

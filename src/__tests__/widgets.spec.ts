@@ -12,6 +12,7 @@ import {
   type IJobApi,
   type IJobEvent,
   type IJobInfo,
+  type IFoldedLogs,
   type ILogChunk,
   type IMetricRecord,
   type ISocketLike
@@ -124,6 +125,10 @@ class FakeApi implements IJobApi {
     this.calls.push(`GET log ${name} tail=${tail}`);
     const text = this.logs[name];
     return { name, text, offset: 0, next_offset: text.length, size: 0 };
+  }
+  async getFoldedLogs(): Promise<IFoldedLogs> {
+    this.calls.push('GET logs folded');
+    return { text: '', logs: Object.keys(this.logs) };
   }
   async patchJob(
     jobId: string,

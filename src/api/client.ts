@@ -13,6 +13,7 @@ import type {
   IEdtUser,
   IJobInfo,
   IJobSubmission,
+  IFoldedLogs,
   ILogChunk,
   IMetricsPage,
   IUsageQuery,
@@ -187,6 +188,8 @@ export interface IJobApi {
   getMetrics(jobId: string, after: number): Promise<IMetricsPage>;
   getLogNames(jobId: string): Promise<string[]>;
   getLog(jobId: string, name: string, tail: number): Promise<ILogChunk>;
+  /** Every log's tail folded by the server, as a failure is read (fold=true). */
+  getFoldedLogs(jobId: string): Promise<IFoldedLogs>;
   patchJob(
     jobId: string,
     change: { priority?: number; max_gpus?: number }
@@ -221,6 +224,12 @@ export function restJobApi(
     getLog: (jobId, name, tail) =>
       requestAPI<ILogChunk>(
         jobPath(jobId, 'logs') + URLExt.objectToQueryString({ name, tail }),
+        { method: 'GET' },
+        settings
+      ),
+    getFoldedLogs: jobId =>
+      requestAPI<IFoldedLogs>(
+        jobPath(jobId, 'logs') + URLExt.objectToQueryString({ fold: 'true' }),
         { method: 'GET' },
         settings
       ),

@@ -324,6 +324,17 @@ export interface ILogChunk {
   size: number;
 }
 
+/**
+ * A job's logs folded as a user reads a failure (GET jobs/{id}/logs?fold=true):
+ * each distinct traceback once, headed by the processes that printed it, the
+ * user's frames first and the framework's folded, then what each log printed
+ * besides; and the logs it was read from.
+ */
+export interface IFoldedLogs {
+  text: string;
+  logs: string[];
+}
+
 /** One message of the events WebSocket. */
 export interface IJobEvent {
   id?: number;

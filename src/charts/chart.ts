@@ -368,7 +368,12 @@ export class StreamingChart {
       yScale: this.drawnYScale,
       values: () => this._data,
       latest: () => this._latest,
-      translucent: withAlpha
+      translucent: withAlpha,
+      // What the canvas shows under each axis, also in the DOM
+      // (data-x-ticks, data-y-ticks, data-y2-ticks: JSON lists of labels).
+      ticks: (scale, labels) => {
+        this.node.dataset[`${scale}Ticks`] = JSON.stringify(labels);
+      }
     });
   }
 

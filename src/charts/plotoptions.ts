@@ -54,6 +54,30 @@ export interface IPlotInputs {
   latest: () => (number | null)[];
   /** A colour with an alpha, for fills. */
   translucent: (color: string, alpha: number) => string;
+  /** Told each axis' tick labels (by its scale: x, y, y2) as they are drawn. */
+  ticks?: (scale: string, labels: string[]) => void;
+}
+
+/** An axis that tells `report` the labels it draws. */
+function reporting(
+  axis: uPlot.Axis,
+  report: ((scale: string, labels: string[]) => void) | undefined
+): uPlot.Axis {
+  const values = axis.values;
+  if (!report || typeof values !== 'function') {
+    return axis;
+  }
+  return {
+    ...axis,
+    values: (u, splits, axisIdx, space, incr) => {
+      const labels = values(u, splits, axisIdx, space, incr);
+      report(
+        axis.scale ?? 'x',
+        labels.map(label => (label === null ? '' : String(label)))
+      );
+      return labels;
+    }
+  };
 }
 
 /** How an x value reads in the legend and under a tick. */
@@ -247,7 +271,7 @@ export function plotOptions(inputs: IPlotInputs): uPlot.Options {
     width: inputs.width,
     height: inputs.height,
     scales,
-    axes,
+    axes: axes.map(axis => reporting(axis, inputs.ticks)),
     series,
     legend: { show: true, live: true },
     cursor: { drag: { x: true, y: false } }

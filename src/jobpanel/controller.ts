@@ -31,6 +31,15 @@ import {
 /** The "log" choice that shows the tail of every non-empty log. */
 export const ALL_LOGS = '';
 
+/**
+ * The "log" choice of a failed job that shows its logs folded by the server
+ * (GET jobs/{id}/logs?fold=true): each traceback once with the workers that
+ * printed it, the user's frames first, the framework's folded. No log is
+ * named so (a log's name ends in .out, .log, ...). A failed job shows it
+ * first; the raw logs stay a choice away.
+ */
+export const FOLDED_LOGS = ':folded';
+
 /** The longest wait (ms) between two tries to load a job. */
 const MAX_RETRY_DELAY = 60_000;
 
@@ -60,9 +69,17 @@ export interface IJobControllerOptions {
 export interface ILogTail {
   /** Log names, driver first. */
   names: string[];
-  /** The chosen log, or ALL_LOGS. */
+  /**
+   * What a view offers, in order: FOLDED_LOGS (a failed job's), ALL_LOGS,
+   * then each log by name.
+   */
+  choices: string[];
+  /** The chosen log, ALL_LOGS or FOLDED_LOGS. */
   selected: string;
-  /** The tail text (with `==> name <==` headers for ALL_LOGS). */
+  /**
+   * The tail text (with `==> name <==` headers for ALL_LOGS; the folded
+   * tracebacks, then each log's last lines, for FOLDED_LOGS).
+   */
   text: string;
 }
 
@@ -199,7 +216,7 @@ export class JobController implements IDisposable {
     }
   }
 
-  /** Show one log, or ALL_LOGS. */
+  /** Show one log, ALL_LOGS, or (for a failed job) FOLDED_LOGS. */
   selectLog(name: string): Promise<void> {
     this._logs = { ...this._logs, selected: name };
     this._emit();
@@ -217,27 +234,43 @@ export class JobController implements IDisposable {
       return;
     }
     const fetched = ++this._logRequest;
+    const failed = this._job.state === 'FAILED';
+    if (failed && !this._failureShown) {
+      // The first read of a failed job shows what failed, folded; the user's
+      // choices hold from then on.
+      this._failureShown = true;
+      this._logs = { ...this._logs, selected: FOLDED_LOGS };
+    }
     try {
-      const names = await this._api.getLogNames(this.jobId);
       let { selected } = this._logs;
-      if (selected !== ALL_LOGS && !names.includes(selected)) {
-        selected = ALL_LOGS;
+      let names: string[];
+      let text: string;
+      if (selected === FOLDED_LOGS && failed) {
+        const folded = await this._api.getFoldedLogs(this.jobId);
+        names = folded.logs;
+        text = folded.text.trimEnd();
+      } else {
+        names = await this._api.getLogNames(this.jobId);
+        if (selected !== ALL_LOGS && !names.includes(selected)) {
+          selected = ALL_LOGS;
+        }
+        const shown = selected === ALL_LOGS ? names : [selected];
+        const chunks = await Promise.all(
+          shown.map(name => this._api.getLog(this.jobId, name, this._logTail))
+        );
+        text =
+          selected === ALL_LOGS
+            ? chunks
+                .filter(chunk => chunk.text.trim().length > 0)
+                .map(chunk => `==> ${chunk.name} <==\n${chunk.text.trimEnd()}`)
+                .join('\n')
+            : (chunks[0]?.text ?? '');
       }
-      const shown = selected === ALL_LOGS ? names : [selected];
-      const chunks = await Promise.all(
-        shown.map(name => this._api.getLog(this.jobId, name, this._logTail))
-      );
       if (this._disposed || fetched !== this._logRequest) {
         return; // a newer request answers
       }
-      const text =
-        selected === ALL_LOGS
-          ? chunks
-              .filter(chunk => chunk.text.trim().length > 0)
-              .map(chunk => `==> ${chunk.name} <==\n${chunk.text.trimEnd()}`)
-              .join('\n')
-          : (chunks[0]?.text ?? '');
-      this._logs = { names, selected, text };
+      const choices = [...(failed ? [FOLDED_LOGS] : []), ALL_LOGS, ...names];
+      this._logs = { names, choices, selected, text };
       this._emit();
     } catch (reason) {
       if (!this._disposed) {
@@ -519,8 +552,14 @@ export class JobController implements IDisposable {
   private _error: string | null = null;
   private _metricsCursor = 0;
   private _stream: EventStream | null = null;
-  private _logs: ILogTail = { names: [], selected: ALL_LOGS, text: '' };
+  private _logs: ILogTail = {
+    names: [],
+    choices: [ALL_LOGS],
+    selected: ALL_LOGS,
+    text: ''
+  };
   private _logRequest = 0;
+  private _failureShown = false;
   private readonly _logPoll: Poll;
   private readonly _loadPoll: Poll;
   private _visible = true;

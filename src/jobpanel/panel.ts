@@ -10,12 +10,12 @@ import { AllocationTimeline } from '../charts/allocation';
 import { lossChartEmptyText, timelineEmptyText } from '../charts/empty';
 import { LossChart } from '../charts/loss';
 import { el } from '../dom';
-import { ALL_LOGS, type JobController } from './controller';
+import { ALL_LOGS, FOLDED_LOGS, type JobController } from './controller';
 import { confirmCancelDialog } from './dialogs';
 import { PRIORITY_MAX, PRIORITY_MIN } from '../api';
 import { describeKind } from '../format';
 import { describeProgress } from '../jobs/progress';
-import { NO_OUTPUT } from './logtext';
+import { FOLDED_LABEL, FOLDED_TITLE, NO_OUTPUT } from './logtext';
 
 /** Options of a job panel. */
 export interface IJobPanelOptions {
@@ -281,29 +281,41 @@ export class JobPanel {
   }
 
   private _renderLogs(): void {
-    const { names, selected, text } = this.controller.logs;
-    const options = [ALL_LOGS, ...names];
+    const { choices, selected, text } = this.controller.logs;
     const current = Array.from(this._logSelect.options).map(o => o.value);
-    if (current.join('\n') !== options.join('\n')) {
+    if (current.join('\n') !== choices.join('\n')) {
       this._logSelect.replaceChildren(
-        ...options.map(name => {
+        ...choices.map(name => {
           const option = document.createElement('option');
           option.value = name;
-          option.textContent = name === ALL_LOGS ? 'all logs' : name;
+          option.textContent =
+            name === ALL_LOGS
+              ? 'all logs'
+              : name === FOLDED_LOGS
+                ? `${FOLDED_LABEL} (folded)`
+                : name;
+          if (name === FOLDED_LOGS) {
+            option.title = FOLDED_TITLE;
+          }
           return option;
         })
       );
     }
     this._logSelect.value = selected;
-    this._logSelect.hidden = names.length === 0;
+    this._logSelect.hidden = choices.length <= 1;
     const shown = text || NO_OUTPUT;
+    const folded = selected === FOLDED_LOGS;
     this._logText.classList.toggle('jp-mod-empty', !text);
+    this._logText.dataset.log = selected;
     if (this._logText.textContent !== shown) {
       const atEnd =
         this._logText.scrollTop + this._logText.clientHeight >=
         this._logText.scrollHeight - 4;
       this._logText.textContent = shown;
-      if (atEnd) {
+      // A folded failure reads from its top (the traceback); a log from its end.
+      if (folded) {
+        this._logText.scrollTop = 0;
+      } else if (atEnd) {
         this._logText.scrollTop = this._logText.scrollHeight;
       }
     }

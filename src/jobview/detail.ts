@@ -23,13 +23,13 @@ import {
 } from '../api';
 import { el } from '../dom';
 import { formatBytes } from '../format';
-import { ALL_LOGS, JobController } from '../jobpanel/controller';
+import { ALL_LOGS, FOLDED_LOGS, JobController } from '../jobpanel/controller';
 import {
   askMaxGpusDialog,
   askPriorityDialog,
   confirmCancelDialog
 } from '../jobpanel/dialogs';
-import { NO_OUTPUT } from '../jobpanel/logtext';
+import { FOLDED_LABEL, FOLDED_TITLE, NO_OUTPUT } from '../jobpanel/logtext';
 import { JobPanel } from '../jobpanel/panel';
 import { plainCodeViewer, type CodeViewer } from './codeviewer';
 import { specCode, specRows } from './spec';
@@ -345,8 +345,7 @@ export class JobDetail extends Widget {
   }
 
   private _renderLogTabs(): void {
-    const { names, selected, text } = this.controller.logs;
-    const choices = [ALL_LOGS, ...names];
+    const { choices, selected, text } = this.controller.logs;
     if (choices.join('\n') !== this._tabNames.join('\n')) {
       this._tabNames = choices;
       this._logTabs.replaceChildren(
@@ -354,11 +353,18 @@ export class JobDetail extends Widget {
           const tab = el(
             'button',
             'jp-edt-log-tab jp-Button jp-mod-minimal',
-            name === ALL_LOGS ? 'all' : name
+            name === ALL_LOGS
+              ? 'all'
+              : name === FOLDED_LOGS
+                ? FOLDED_LABEL
+                : name
           );
           tab.type = 'button';
           tab.dataset.log = name;
           tab.setAttribute('role', 'tab');
+          if (name === FOLDED_LOGS) {
+            tab.title = FOLDED_TITLE;
+          }
           tab.addEventListener(
             'click',
             () => void this.controller.selectLog(name)
@@ -373,10 +379,15 @@ export class JobDetail extends Widget {
       tab.setAttribute('aria-selected', String(active));
     }
     const shown = text || NO_OUTPUT;
+    const folded = selected === FOLDED_LOGS;
     this._logText.classList.toggle('jp-mod-empty', !text);
+    this._logText.dataset.log = selected;
     if (this._logText.textContent !== shown) {
       this._logText.textContent = shown;
-      if (this._follow.checked) {
+      // A folded failure reads from its top (the traceback); a log from its end.
+      if (folded) {
+        this._logText.scrollTop = 0;
+      } else if (this._follow.checked) {
         this._logText.scrollTop = this._logText.scrollHeight;
       }
     }

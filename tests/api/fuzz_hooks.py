@@ -16,7 +16,10 @@ check stays strict about everything else:
   becomes one;
 - the execs `args` follow WMLA's option grammar and name the archive's model folder: the
   platform's options are put in front, the generated text stays as a program argument;
-- a usage range's `until` is not before its `since`: the two are swapped.
+- a usage or allocations range's `until` is not before its `since`: the two are swapped;
+- the fuzz's own administrator (EDT_FUZZ_ADMIN) stays one: a change of the live settings
+  that sets `admin_users` keeps that name in it, lest the rest of the run lose the caller of
+  the administrators' operations (the embedded server knows administrators only from them).
 
 No failure is dropped but the KNOWN_BUGS below, of the server outside the API layer, until their
 owners fix them. What the job, not the request, refuses (a `max_gpus` below the `min_gpus` fixed
@@ -34,6 +37,7 @@ from typing import Any
 import schemathesis
 
 SCRIPT = os.environ.get("EDT_FUZZ_SCRIPT", "")
+ADMIN = os.environ.get("EDT_FUZZ_ADMIN", "")
 DROPPED = os.environ.get("EDT_FUZZ_DROPPED", "")
 PROGRAM = b"print('fuzz')\n"
 MODEL_DIR = "fuzz"
@@ -72,6 +76,16 @@ def _count(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _seconds(value: Any) -> float | None:
+    """A query's time as a number: a number, or its text; None for anything else."""
+    if _count(value):
+        return float(value)
+    try:
+        return float(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
 def _order_gpus(spec: Any) -> None:
     if isinstance(spec, dict):
         low, high = spec.get("min_gpus"), spec.get("max_gpus")
@@ -106,10 +120,17 @@ def map_case(context: Any, case: Any) -> Any:
             if isinstance(body.get("script"), str):
                 body["script"] = SCRIPT
         case.body = body
-    elif operation == ("GET", "/v1/usage") and isinstance(case.query, dict):
+    elif operation in (("GET", "/v1/usage"), ("GET", "/v1/allocations")) and isinstance(
+        case.query, dict
+    ):
         since, until = case.query.get("since"), case.query.get("until")
-        if _count(since) and _count(until) and until < since:
+        low, high = _seconds(since), _seconds(until)  # numbers, or their text (an example's)
+        if low is not None and high is not None and high < low:
             case.query = {**case.query, "since": until, "until": since}
+    elif operation == ("PATCH", "/v1/admin/config") and isinstance(body, dict):
+        admins = body.get("admin_users", [ADMIN])  # absent: unchanged
+        if ADMIN and (admins is None or isinstance(admins, list)) and ADMIN not in (admins or ()):
+            case.body = {**body, "admin_users": [*(admins or ()), ADMIN]}
     elif operation == ("POST", "/wmla/v1/execs"):
         args = case.query.get("args")
         if isinstance(args, str) and not args.startswith(EXEC_ARGS):

@@ -73,7 +73,7 @@ async def test_a_two_user_grow_and_shrink_as_an_admin_and_as_each_user_sees_it(j
     hold.touch()
     assert (await wait_for(jp_fetch, "bob", b["id"], finished, "done"))["state"] == "SUCCEEDED"
     await wait_for(jp_fetch, "alice", a["id"], lambda j: len(j["devices"]) == 2, "grown back")
-    await api(jp_fetch, "alice", "jobs", a["id"], method="DELETE")
+    await api(jp_fetch, "alice", "jobs", a["id"], "cancel", method="POST", body={})
 
     answer = await allocations(jp_fetch, "root", since=t0 - 1)
     assert answer["since"] == t0 - 1 and answer["until"] >= answer["since"]

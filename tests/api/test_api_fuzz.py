@@ -54,6 +54,10 @@ MAX_EXAMPLES = int(os.environ.get("EDT_FUZZ_MAX_EXAMPLES") or 25)
 PEERS = ("alice", "bob")
 (ADMIN,) = ADMINS
 USERS = (*PEERS, ADMIN)
+#: The administrators' operations that need a node: on servers without GPUs, 404 to root.
+NEEDS_A_NODE = {
+    f"{method} /edt/api/v1/cluster/nodes/{{node}}/drain" for method in ("POST", "DELETE")
+}
 START_TIMEOUT_S = 90.0
 FUZZ_TIMEOUT_S = 480.0
 STOP_TIMEOUT_S = 20.0
@@ -117,7 +121,7 @@ class JupyterServer(APIServer):
             '--ServerApp.jpserver_extensions={"jupyter_edt": True}',
             "--EDTApp.devices=virtual",
             "--EDTApp.virtual_gpus=0",
-            f"--EDTApp.admin_users={json.dumps(list(ADMINS))}",
+            f"--EDTApp.admin_users={ADMIN}",  # a list of one, as traitlets reads a name
             f"--EDTApp.database_url=sqlite:///{root / 'edt.sqlite'}",
             f"--EDTApp.jobs_dir={root / 'jobs'}",
             *(["--allow-root"] if os.getuid() == 0 else []),
@@ -249,6 +253,7 @@ def test_the_api_holds_to_its_own_contract(server, tmp_path, capsys):
         "PYTHONPATH": with_tests_on_path(),
         "SCHEMATHESIS_HOOKS": "fuzz_hooks",
         "EDT_FUZZ_SCRIPT": str(script),
+        "EDT_FUZZ_ADMIN": ADMIN,
         "EDT_FUZZ_DROPPED": str(dropped),
         "NO_COLOR": "1",
     }
@@ -277,8 +282,11 @@ def test_the_api_holds_to_its_own_contract(server, tmp_path, capsys):
         f"schemathesis found failures (exit {code}); replay with EDT_FUZZ_SEED={SEED}\n"
         f"{_failures(output)}"
     )
-    # every operation met a caller it admits (the administrator's included)
-    assert "Authentication failed" not in output, _section(output, "Authentication failed")
+    # every operation met a caller it admits (the administrator's included), but those that
+    # need a node, which a server without GPUs has none of: root gets 404 there, yet
+    # schemathesis still counts the others' 403s from before it turned to root
+    refused = refused_operations(output)
+    assert refused <= NEEDS_A_NODE, _section(output, "Authentication failed")
     # the fuzz ran no program: every job it submitted is still queued, or was cancelled
     for user in USERS:
         jobs = server.fetch("/v1/jobs", user)["jobs"]
@@ -305,6 +313,15 @@ def _failures(output: str, limit: int = 12000) -> str:
     shown = output[output.rfind("\n", 0, start) + 1 :] if start >= 0 else output
     shown = re.sub(r"((\\x00|.)\2{0,15})\2{16,}", lambda m: f"{m.group(1)}[...]", shown)
     return shown[:limit]
+
+
+def refused_operations(output: str) -> set[str]:
+    """The operations schemathesis' "Authentication failed" warning lists (only 401 or 403)."""
+    start = output.find("Authentication failed")
+    if start < 0:
+        return set()
+    block = output[start : output.find("\n\n\U0001f4a1", start)]
+    return {line.strip()[2:] for line in block.splitlines() if line.strip().startswith("- ")}
 
 
 def _section(output: str, title: str, limit: int = 4000) -> str:

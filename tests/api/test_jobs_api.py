@@ -42,9 +42,7 @@ async def test_submit_then_read_list_patch_and_cancel(jp_fetch):
 
     cancelled = await cancel(jp_fetch, "alice", job["id"])
     assert cancelled["state"] == "CANCELLED" and cancelled["finished"] is not None
-    code, body = await error(
-        jp_fetch, "alice", "jobs", job["id"], "cancel", method="POST", body=""
-    )
+    code, body = await error(jp_fetch, "alice", "jobs", job["id"], "cancel", method="POST", body="")
     assert code == 403 and "already finished" in body["message"]
     assert (await api(jp_fetch, "alice", "jobs", job["id"]))["state"] == "CANCELLED"  # kept
 

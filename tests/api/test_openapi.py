@@ -15,6 +15,7 @@ from tornado.websocket import WebSocketHandler
 
 from jupyter_edt.api import conductor_handlers, default_handlers, logon_handlers
 from jupyter_edt.api.wmla import wmla_handlers
+from jupyter_edt.serve.front import service_handlers
 
 METHODS = ("get", "post", "put", "patch", "delete")
 
@@ -45,11 +46,13 @@ def served_methods(handler: type) -> set[str]:
 
 
 def test_every_served_route_and_method_is_documented_and_nothing_more():
-    """A WebSocket, which OpenAPI cannot describe, is documented as `x-websocket` on a path
-    that declares no operation (a fuzzer would send it plain GETs)."""
+    """Both modes' routes: the API's, and what only the service serves (its health). A
+    WebSocket, which OpenAPI cannot describe, is documented as `x-websocket` on a path that
+    declares no operation (a fuzzer would send it plain GETs)."""
+    api = default_handlers + wmla_handlers + logon_handlers + conductor_handlers
     served = {
         template(p): {"websocket"} if issubclass(h, WebSocketHandler) else served_methods(h)
-        for p, h in default_handlers + wmla_handlers + logon_handlers + conductor_handlers
+        for p, h in api + service_handlers
     }
     documented = {
         documented_path(path, item): {m for m in item if m in METHODS}

@@ -50,14 +50,17 @@ def settings(unit: str) -> dict[str, list[str]]:
 
 def verify(unit_text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     """`systemd-analyze verify` of the unit, installed in a root of its own: the system's
-    units (the targets it orders itself against), and its ExecStart's program there, as
-    the docs install it. So the unit file is verified as it is, not rewritten."""
+    units (the targets it orders itself against), and the programs of its ExecStart and
+    ExecReload there, as the docs install them. So the unit file is verified as it is, not
+    rewritten."""
     root = tmp_path / "root"
     shutil.copytree(SYSTEM_UNITS, root / SYSTEM_UNITS.relative_to("/"), symlinks=True)
-    program = root / settings(unit_text)["ExecStart"][0].split()[0].lstrip("/")
-    program.parent.mkdir(parents=True)
-    program.write_text("#!/bin/sh\n")
-    program.chmod(0o755)
+    unit = settings(unit_text)
+    for command in unit["ExecStart"] + unit.get("ExecReload", []):
+        program = root / command.split()[0].lstrip("/")
+        program.parent.mkdir(parents=True, exist_ok=True)
+        program.write_text("#!/bin/sh\n")
+        program.chmod(0o755)
     installed = root / "etc" / "systemd" / "system" / UNIT.name
     installed.parent.mkdir(parents=True, exist_ok=True)
     installed.write_text(unit_text)
@@ -93,6 +96,7 @@ def test_the_unit_starts_before_the_hub_and_leaves_the_jobs_running():
     unit = settings(UNIT.read_text())
     assert unit["Before"] == ["jupyterhub.service"]
     assert unit["KillMode"] == ["process"]
+    assert unit["ExecReload"] == ["/bin/kill -HUP $MAINPID"]  # reloads the live settings
     assert unit["EnvironmentFile"] == ["/etc/jupyter-edt/token.env"]
     assert not [v for values in unit.values() for v in values if "#" in v]
 
@@ -133,7 +137,7 @@ def test_the_services_config_sets_known_settings_to_valid_values():
     assert not unknown_settings(config, EDTService, HubAuthenticator)
     service = EDTService(config=config)  # each value validated (the policy loaded)
     assert service.user_quotas == {"intern1": 1} and service.policy == "fair-share"
-    assert HubAuthenticator(config=config).admin_groups == ["edt-admins"]
+    assert service.admin_groups == ["edt-admins"]  # they change with a reload, as quotas do
     assert service.share_rules().group_quotas == {"students": 4}
 
 

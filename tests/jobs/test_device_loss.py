@@ -94,6 +94,4 @@ async def test_a_vanished_device_is_taken_from_its_job_which_runs_on_and_gets_it
     assert all(grown["pids"][w] == first["pids"][w] for w in kept)
 
     for user, job in (("alice", a), ("bob", b)):
-        assert (await cancel(jp_fetch, user, job["id"]))["state"] == (
-            "CANCELLED"
-        )
+        assert (await cancel(jp_fetch, user, job["id"]))["state"] == ("CANCELLED")

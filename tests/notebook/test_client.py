@@ -446,7 +446,7 @@ async def test_a_real_training_job_its_progress_metrics_and_model(alice):
     await run(lambda: job.wait(timeout=240, poll_interval=0.2, stream=out))
     assert job.state == "SUCCEEDED", job.reason
     last = out.getvalue().splitlines()[-1]
-    assert last.startswith(f"tiny [{job.id}] SUCCEEDED | ") and "epoch 2/2 [" in last
+    assert last.startswith(f"tiny [{job.id}] SUCCEEDED | ") and "100% epoch 2/2 · step " in last
     assert "loss " in last and "val_loss " in last
 
     steps = await run(lambda: job.metrics("step", as_frame=False))

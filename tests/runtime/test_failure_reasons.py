@@ -9,41 +9,13 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
-from jobprograms import DEADLINE_S
+from jobprograms import DEADLINE_S, SHAPE_BUG
 from test_driver import device
 
 from jupyter_edt.launch.forkserver import FORKSERVER_ENV
 from jupyter_edt.runtime.jobdir import JobDir, write_json_atomic
-
-# a model whose layer expects 32 features, fed 64: every worker fails in its forward
-SHAPE_BUG = textwrap.dedent(
-    """\
-    import torch
-    from torch import nn
-    from torch.utils.data import TensorDataset
-    from jupyter_edt.runtime import Trainer
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(32, 10)
-        def forward(self, x):
-            return self.fc(x)
-
-    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
-    print("loading data")
-    trainer = Trainer(
-        Net(),
-        lambda: (TensorDataset(x, y), TensorDataset(x[:8], y[:8])),
-        nn.functional.cross_entropy,
-        lambda params: torch.optim.SGD(params, lr=0.1),
-    )
-    trainer.fit(1, 32, 2, micro_batch_size=8)
-    """
-)
 
 
 def run_driver(tmp_path: Path, files: dict[str, str], devices: int, launcher) -> dict:

@@ -28,6 +28,15 @@ def test_every_request_needs_a_valid_token(service, tokens):
     assert call(service.url, "GET", "edt/api/v1/user", tokens["root"])[1]["admin"] is True
 
 
+def test_the_health_needs_no_token(service):
+    """For a service manager or a load balancer, which hold none; bad credentials are not
+    read. A method it lacks is 405 naming GET, in JSON as every answer."""
+    for token in (None, "not-a-token-of-anyone"):
+        assert call(service.url, "GET", "edt/api/health", token)[:2] == (200, {"status": "ok"})
+    status, body, headers = call(service.url, "PUT", "edt/api/health", None)
+    assert (status, headers["Allow"]) == (405, "GET") and "message" in body
+
+
 def test_users_reach_only_their_own_jobs_and_an_administrator_everyones(service, tokens):
     alice = EDTClient(service.url, tokens["alice"])
     job = alice.submit(program(1, samples=16), name="alices", max_gpus=1)
