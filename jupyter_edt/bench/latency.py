@@ -215,7 +215,7 @@ def one_round(service: Service) -> dict[str, float]:
     service.first_step(other, 0, lambda s: True, "the other job's first step")
 
     t1 = time.time()
-    service.call("DELETE", f"jobs/{other}")
+    service.call("POST", f"jobs/{other}/cancel", {})
     grown = service.allocation(measured, 4, t1)
     step = service.first_step(measured, grown, lambda s: s["world_size"] == 4, "a step on 4")
     out["grow_to_first_step_s"] = step["time"] - grown
@@ -239,7 +239,7 @@ def one_round(service: Service) -> dict[str, float]:
     out["replace_to_first_step_s"] = step["time"] - killed
 
     for job in (measured, third):
-        service.call("DELETE", f"jobs/{job}")
+        service.call("POST", f"jobs/{job}/cancel", {})
     for job in (measured, other, third):
         until(lambda job=job: service.ended(job), f"{job} ended", 60)
     return out
@@ -279,7 +279,7 @@ def node_round(service: Service, cluster: RayCluster) -> dict[str, float]:
             cluster.remove_node(node, allow_graceful=False)
         cluster.add_node(gpus=2)
         service.first_step(job, step["time"], lambda s: s["world_size"] == 4, "on 4 again")
-    service.call("DELETE", f"jobs/{job}")
+    service.call("POST", f"jobs/{job}/cancel", {})
     until(lambda: service.ended(job), f"{job} ended", 60)
     return out
 

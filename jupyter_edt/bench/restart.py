@@ -222,7 +222,7 @@ def service_run(root: Path, warm: bool, settle: int) -> dict[str, Any]:
     finally:
         if job is not None:  # a failed run: its workers must not outlive it
             with contextlib.suppress(Exception):
-                service.call("DELETE", f"jobs/{job}")
+                service.call("POST", f"jobs/{job}/cancel", {})
                 until(lambda: service.state(job) != "RUNNING", "cancelled", 60)
         service.stop()
 

@@ -82,7 +82,9 @@ class GradientBuckets:
         self.exchange.start(num_micro_batches)
 
     def new_part(self) -> None:
-        """The next backward starts a new part: autograd hands out fresh gradients."""
+        """The next backward starts a new part: autograd hands out fresh gradients, into
+        ``flat`` once the previous round has been read from it."""
+        self.exchange.settle()
         for p in self.params:
             p.grad = None
 

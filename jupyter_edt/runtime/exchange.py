@@ -121,6 +121,7 @@ class OrderedExchange:
     def _idle(self) -> None:
         self.armed = False
         self.round = -1  # the round posted last (or being posted)
+        self._settled = False
         self.posted = 0  # buckets of that round posted
         self.error: BaseException | None = None
         self._remaining: list[int] = []
@@ -242,10 +243,16 @@ class OrderedExchange:
         self._idle()
 
     # -- internals -----------------------------------------------------------------------------
+    def settle(self) -> None:
+        """Wait until the round posted last is summed and this rank's chunks of it are sent:
+        from then on ``flat`` may change (before a forward that itself runs a backward, as a
+        WMLA step hook does)."""
+        self._settle()
+
     def _settle(self) -> None:
-        """Wait until the round posted last is summed and this rank's chunks of it are sent."""
-        if self.round < 0:
+        if self.round < 0 or self._settled:
             return
+        self._settled = True
         if self.comm.tagged:
             for f in self._finishing:
                 f.result()
@@ -255,6 +262,7 @@ class OrderedExchange:
                 self._finish(b)
 
     def _open_round(self, q: int) -> None:
+        self._settled = False
         self._remaining = list(self._needs)
         self._fired = [False] * len(self._param_buckets)
         self._recvs = [[] for _ in self.buckets]

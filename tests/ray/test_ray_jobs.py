@@ -460,7 +460,7 @@ def test_a_job_shrinks_in_place_to_one_node_and_grows_back_exactly(cluster, serv
     # the newcomer ends as soon as it holds its GPUs: the first job has most of its steps left
     # to take at 4, however long a newcomer takes to start on a busy machine
     shrunk_by = time.time()  # the survivors are 2: every step from now on is taken at 2 or 4
-    assert api(service, "DELETE", f"jobs/{small['id']}")["state"] == "CANCELLED"
+    assert api(service, "POST", f"jobs/{small['id']}/cancel", {})["state"] == "CANCELLED"
     wait_job(
         service,
         big["id"],
