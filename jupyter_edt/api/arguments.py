@@ -22,3 +22,13 @@ def seconds_argument(handler: web.RequestHandler, name: str) -> float | None:
     if seconds is None or seconds == float("inf"):
         raise APIError(400, "must be a number of seconds since the epoch, 0 or more", name)
     return seconds
+
+
+def time_range(handler: web.RequestHandler) -> tuple[float | None, float | None]:
+    """`since` and `until` (each optional, see `seconds_argument`); an `until` before `since`
+    is a 400 naming `until`."""
+    since = seconds_argument(handler, "since")
+    until = seconds_argument(handler, "until")
+    if since is not None and until is not None and until < since:
+        raise APIError(400, "must not be before since", "until")
+    return since, until

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..jobs.allocations import timeline
-from .arguments import seconds_argument
+from .arguments import time_range
 from .base import APIError, EDTHandler, api_errors
 
 #: The range an allocation timeline covers when `since` is not given: the hour before `until`.
@@ -39,10 +39,7 @@ class ClusterHandler(EDTHandler):
 
 class AllocationsHandler(EDTHandler):
     async def get(self) -> None:
-        since = seconds_argument(self, "since")
-        until = seconds_argument(self, "until")
-        if since is not None and until is not None and until < since:
-            raise APIError(400, "must not be before since", "until")
+        since, until = time_range(self)
         if since is None:
             end = until if until is not None else self.service.clock()
             since = max(0.0, end - DEFAULT_SPAN_S)

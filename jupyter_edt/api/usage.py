@@ -4,16 +4,13 @@ job (what the caller may see: everyone's for an administrator, their own for any
 from __future__ import annotations
 
 from ..jobs.usage import UsageBy
-from .arguments import seconds_argument
+from .arguments import time_range
 from .base import APIError, EDTHandler, api_errors
 
 
 class UsageHandler(EDTHandler):
     async def get(self) -> None:
-        since = seconds_argument(self, "since")
-        until = seconds_argument(self, "until")
-        if since is not None and until is not None and until < since:
-            raise APIError(400, "must not be before since", "until")
+        since, until = time_range(self)
         by_name = self.get_argument("by", UsageBy.USER.value)
         try:
             by = UsageBy(by_name)

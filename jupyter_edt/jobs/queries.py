@@ -99,9 +99,7 @@ class JobQueries:
 
         An administrator sees every job; anyone else sees their own, and the others' intervals
         `anonymised`: a device held, by a job they may not name."""
-        until = max(self.clock(), since) if until is None else until
-        if until < since:
-            raise ValueError(f"until ({until}) is before since ({since}).")
+        until = _range_end(since, until, self.clock())
         # read first: an event recorded meanwhile is in the answer and in the feed after it
         last_id = self.store.last_event_id()
         events = self.store.allocation_events(since, until)
@@ -129,9 +127,7 @@ class JobQueries:
         only, whatever `by`: by user, their row; by group, a row for each of their groups with
         their own share of it (others' usage, even summed by group, is not theirs to see)."""
         now = self.clock()
-        until = max(now, since) if until is None else until
-        if until < since:
-            raise ValueError(f"until ({until}) is before since ({since}).")
+        until = _range_end(since, until, now)
         owner = None if self.is_admin(user) else user
         events = self.store.usage_events(since, until, user=owner)
         jobs = job_usage(events, since=since, until=max(since, min(until, now))).values()
@@ -184,3 +180,11 @@ class JobQueries:
         """One result file, opened without following links, and its size. ValueError for a
         path that climbs out, FileNotFoundError for one that names no file."""
         return await asyncio.to_thread(open_artifact, self.result_dir(user, job_id), path)
+
+
+def _range_end(since: float, until: float | None, now: float) -> float:
+    """A range's end: `until`, or now (`since` when that is later); never before `since`."""
+    until = max(now, since) if until is None else until
+    if until < since:
+        raise ValueError(f"until ({until}) is before since ({since}).")
+    return until
