@@ -87,6 +87,11 @@ class EventFeed:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def forget(self, job_id: str) -> None:
+        """Drop a deleted job's events from memory, as the store drops them from its reads: a
+        subscriber that connects later must not be told of a job that no read finds."""
+        self._recent = [item for item in self._recent if item.event["job_id"] != job_id]
+
     def read(
         self, *, after: int, owner: str | None, limit: int, job_id: str | None = None
     ) -> list[Published]:

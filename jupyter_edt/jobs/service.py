@@ -244,6 +244,7 @@ class JobService(JobQueries):
             await self.cancel(user, job_id, verb=verb)
         self.feed.flush()  # subscribers see the final state before its events go
         job = self.store.delete_job(job_id, now=self.clock())
+        self.feed.forget(job_id)
         self._deleted.add(job_id)
         self.progress.forget(job_id)
         root = self.runner.job_dir(job_id).root

@@ -47,15 +47,27 @@ async def test_submit_then_read_list_patch_and_cancel(jp_fetch):
     assert (await api(jp_fetch, "alice", "jobs", job["id"]))["state"] == "CANCELLED"  # kept
 
 
-async def test_delete_removes_a_job_and_a_second_delete_finds_none(jp_fetch):
+async def test_delete_removes_a_job_and_a_second_delete_finds_none(
+    jp_fetch, jp_http_port, jp_base_url
+):
     kept = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
     job = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
+    url = f"ws://localhost:{jp_http_port}{jp_base_url}edt/api/v1/events?token=alice&batch=1"
+    ws = await websocket_connect(url)
+    backlog = json.loads(await ws.read_message())
+    ws.close()
+    assert {e["job_id"] for e in backlog} == {kept["id"], job["id"]}
     last = await api(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
     assert last["id"] == job["id"] and last["state"] == "CANCELLED"  # stopped, then removed
     for path in ((job["id"],), (job["id"], "logs")):
         code, answer = await error(jp_fetch, "alice", "jobs", *path)
         assert code == 404 and job["id"] in answer["message"]
     assert [j["id"] for j in (await api(jp_fetch, "alice", "jobs"))["jobs"]] == [kept["id"]]
+    # a client that connects now is told of no event of it (it would ask for the job: 404)
+    ws = await websocket_connect(url)
+    backlog = json.loads(await ws.read_message())
+    ws.close()
+    assert [e["job_id"] for e in backlog] == [kept["id"]]
     code, _ = await error(jp_fetch, "alice", "jobs", job["id"], method="DELETE")
     assert code == 404
 

@@ -305,7 +305,9 @@ test('a Python file is submitted from the file browser context menu', async ({
       .locator('.lm-Menu-itemLabel', { hasText: 'Submit as Elastic Job…' })
       .click();
     const dialog = page.locator('.jp-Dialog');
-    await expect(dialog).toContainText(`Run ${name}`);
+    await expect(dialog).toContainText('Submit as elastic job');
+    // the script's own max_gpus (fit's third argument, 4) is the dialog's default
+    await expect(dialog).toContainText(`${name} runs on 1 to 4 GPUs`);
     await dialog.locator('.jp-edt-submit-max-gpus').fill('2');
     await dialog.locator('.jp-edt-submit-priority').fill('5');
     await dialog.locator('.jp-edt-submit-args').fill('--note "two words"');
