@@ -12,7 +12,8 @@ data and both programs), at each worker count of ``--workers`` (1, 2, 4 by defau
   weights, global batch, micro-batch per worker (the global batch over the largest worker
   count, or over ``--max-gpus``: no accumulation there unless that is larger), optimizer,
   DataLoader worker processes and torch threads, and the same steps (``--warmup``, then
-  ``--steps`` measured); samples/s is the measured steps' samples over the wall time from the
+  ``--steps`` measured: by default 10 of ResNet-18's on the CPU and 100 of the GPT's, whose
+  steps are short); samples/s is the measured steps' samples over the wall time from the
   end of the warm-up to the end of the last step on rank 0 (data loading included; the device
   synchronised at both ends), read by the same code on both sides;
 - ``trainer_peak_mem_mb`` / ``ddp_peak_mem_mb``: the largest per-worker peak (CUDA:
@@ -85,17 +86,23 @@ _INHERITED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_", "TORCHELASTIC_", "G
 @dataclass(frozen=True)
 class Sizes:
     warmup: int
-    steps: int
+    steps: int  # ResNet-18's measured steps
     resnet_micro: int
     gpt_micro: int
     image_size: int
     seq_len: int
+    # the GPT's: its steps are short (about 30 ms on the CPU), and a few of them would measure
+    # the machine's other load more than the two sides
+    gpt_steps: int
+
+    def measured(self, arch: str) -> int:
+        return self.steps if arch == "resnet18" else self.gpt_steps
 
 
 SIZES = {
-    "cpu": Sizes(warmup=3, steps=10, resnet_micro=8, gpt_micro=8, image_size=32, seq_len=64),
-    "cuda": Sizes(warmup=5, steps=30, resnet_micro=128, gpt_micro=32, image_size=32, seq_len=64),
-    "quick": Sizes(warmup=2, steps=3, resnet_micro=2, gpt_micro=2, image_size=16, seq_len=32),
+    "cpu": Sizes(3, 10, resnet_micro=8, gpt_micro=8, image_size=32, seq_len=64, gpt_steps=100),
+    "cuda": Sizes(5, 30, resnet_micro=128, gpt_micro=32, image_size=32, seq_len=64, gpt_steps=100),
+    "quick": Sizes(2, 3, resnet_micro=2, gpt_micro=2, image_size=16, seq_len=32, gpt_steps=3),
 }
 
 
@@ -135,6 +142,10 @@ class Run:
         return self.setting.micro(self.arch)
 
     @property
+    def steps(self) -> int:
+        return self.setting.sizes.measured(self.arch)
+
+    @property
     def global_batch(self) -> int:
         return self.micro * (self.max_workers or self.setting.max_workers)
 
@@ -143,7 +154,7 @@ class Run:
         return [
             str(PROGRAM),
             *("--side", side, "--arch", self.arch, "--report", str(report)),
-            *("--warmup", str(s.warmup), "--steps", str(s.steps)),
+            *("--warmup", str(s.warmup), "--steps", str(self.steps)),
             *("--global-batch", str(self.global_batch), "--micro", str(self.micro)),
             *("--max-workers", str(self.max_workers or self.setting.max_workers)),
             *("--num-workers", str(self.num_workers), "--threads", str(self.setting.threads)),
@@ -171,15 +182,15 @@ def _reports(folder: Path, side: str, workers: int) -> list[dict[str, Any]]:
 
 def _figures(run: Run, reports: list[dict[str, Any]]) -> dict[str, Any]:
     """samples/s of rank 0 over the measured steps, and the largest per-worker peak."""
-    s = run.setting.sizes
+    warmup, steps = run.setting.sizes.warmup, run.steps
     times = reports[0]["times"]
-    if len(times) != s.warmup + s.steps:
-        raise RuntimeError(f"{len(times)} steps timed, {s.warmup + s.steps} expected")
-    wall = times[-1] - times[s.warmup - 1]
+    if len(times) != warmup + steps:
+        raise RuntimeError(f"{len(times)} steps timed, {warmup + steps} expected")
+    wall = times[-1] - times[warmup - 1]
     cpu = reports[0]["cpu_times"]
     return {
-        "samples_per_s": s.steps * run.global_batch / wall,
-        "cpu_s_per_step": (cpu[-1] - cpu[s.warmup - 1]) / s.steps,
+        "samples_per_s": steps * run.global_batch / wall,
+        "cpu_s_per_step": (cpu[-1] - cpu[warmup - 1]) / steps,
         "peak_mem_mb": max(r["peak_mem_mb"] for r in reports),
         "peak_mem_mb_per_worker": [round(r["peak_mem_mb"], 1) for r in reports],
         "threads": reports[0]["threads"],
@@ -552,6 +563,7 @@ def settings(cfg: argparse.Namespace) -> list[Setting]:
             given = {
                 "warmup": cfg.warmup,
                 "steps": cfg.steps,
+                "gpt_steps": cfg.steps,
                 "resnet_micro": cfg.resnet_micro,
                 "gpt_micro": cfg.gpt_micro,
                 "seq_len": cfg.seq_len,
