@@ -16,8 +16,10 @@ class JobsHandler(EDTHandler):
             raise APIError(400, f"state must be one of {names}", "state") from err
         owner = self.get_argument("user", None)
         with api_errors():
+            # read first: an event recorded meanwhile is in the list and in the feed after it
+            last_id = self.service.last_event_id()
             jobs = self.service.list(self.user_name, states=parsed, owner=owner)
-        self.write_json({"jobs": [job.to_dict() for job in jobs]})
+        self.write_json({"jobs": [job.to_dict() for job in jobs], "last_event_id": last_id})
 
     async def post(self) -> None:
         with api_errors():

@@ -69,6 +69,11 @@ class JobQueries:
             owner = user
         return self.store.list_jobs(user=owner, states=states)
 
+    def last_event_id(self) -> int:
+        """The newest event's id: read before a snapshot (a list), the feed after it brings
+        every change the snapshot may lack."""
+        return self.store.last_event_id()
+
     def events(
         self, user: str, *, after: int = 0, limit: int = 1000, job_id: str | None = None
     ) -> list[Published]:

@@ -40,7 +40,7 @@ const CLUSTER: ClusterInfo = { source: 'virtual', devices: [] };
 
 async function loadedJobs(...jobs: IJobInfo[]): Promise<JobsModel> {
   const model = new JobsModel({
-    listJobs: async () => jobs,
+    listJobs: async () => ({ jobs, last_event_id: 0 }),
     getJob: async id => job(id),
     connect: quietSocket
   });

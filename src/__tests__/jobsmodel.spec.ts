@@ -62,13 +62,13 @@ async function waitFor(condition: () => boolean, timeout = 3000) {
   }
 }
 
-function setup(server: Map<string, IJobInfo>) {
+function setup(server: Map<string, IJobInfo>, listedAt = 0) {
   const sockets: FakeSocket[] = [];
   let lists = 0;
   const model = new JobsModel({
     listJobs: async () => {
       lists += 1;
-      return [...server.values()];
+      return { jobs: [...server.values()], last_event_id: listedAt };
     },
     getJob: async id => {
       const found = server.get(id);
@@ -107,6 +107,29 @@ describe('JobsModel', () => {
     expect(env.sockets[0].after).toBe(0);
     expect(env.sockets[0].jobId).toBe('');
     expect(model.state.jobs.get('a')?.job.devices).toHaveLength(4);
+  });
+
+  it('follows the feed from the newest event the snapshot includes', async () => {
+    // Replaying the feed from its start would apply every old event again
+    // (idle work on a busy server), and ask for jobs deleted since (404s).
+    const env = setup(new Map([['a', job('a')]]), 57);
+    model = env.model;
+    model.setActive(true);
+    await waitFor(() => env.sockets.length === 1);
+    expect(env.sockets[0].after).toBe(57);
+    env.sockets[0].open();
+    env.sockets[0].deliver({
+      id: 58,
+      kind: 'limits',
+      job_id: 'a',
+      time: 120,
+      max_gpus: 3
+    });
+    expect(model.state.jobs.get('a')?.job.max_gpus).toBe(3);
+    // the refresh button reads the list again; the stream goes on where it is
+    await model.refresh();
+    expect(env.lists()).toBe(2);
+    expect(model.cursor).toBe(58);
   });
 
   it('applies live events and resumes after the last id on reconnect', async () => {
@@ -230,7 +253,7 @@ describe('JobsModel', () => {
     let answer: (job: IJobInfo) => void = () => undefined;
     const sockets: FakeSocket[] = [];
     model = new JobsModel({
-      listJobs: async () => [],
+      listJobs: async () => ({ jobs: [], last_event_id: 0 }),
       getJob: () => new Promise<IJobInfo>(resolve => (answer = resolve)),
       connect: (after, jobId) => {
         const socket = new FakeSocket(after, jobId);

@@ -181,22 +181,25 @@ describe('EdtSidebar', () => {
 describe('EdtSidebar with jobs', () => {
   it('lists jobs newest first, filters them, and opens one', async () => {
     const jobs = new JobsModel({
-      listJobs: async () => [
-        job('a1', { created: 100, elastic: false, restarts: 2 }),
-        job('b2', {
-          created: 200,
-          user: 'bob',
-          devices: [],
-          state: 'QUEUED',
-          spec: { kind: 'restart' }
-        }),
-        job('c3', {
-          created: 300,
-          state: 'SUCCEEDED',
-          devices: [],
-          spec: { kind: 'rigid' }
-        })
-      ],
+      listJobs: async () => ({
+        last_event_id: 0,
+        jobs: [
+          job('a1', { created: 100, elastic: false, restarts: 2 }),
+          job('b2', {
+            created: 200,
+            user: 'bob',
+            devices: [],
+            state: 'QUEUED',
+            spec: { kind: 'restart' }
+          }),
+          job('c3', {
+            created: 300,
+            state: 'SUCCEEDED',
+            devices: [],
+            spec: { kind: 'rigid' }
+          })
+        ]
+      }),
       getJob: async id => job(id),
       connect: quietSocket
     });
@@ -272,10 +275,13 @@ describe('EdtSidebar with jobs', () => {
       'RuntimeError: mat1 and mat2 shapes cannot be multiplied (32x64 and 32x10) ' +
       '(main.py:14 in forward; workers w0, w1)\nThe end of its logs: ...';
     const jobs = new JobsModel({
-      listJobs: async () => [
-        job('f1', { created: 200, state: 'FAILED', devices: [], reason }),
-        job('r2', { created: 100 })
-      ],
+      listJobs: async () => ({
+        last_event_id: 0,
+        jobs: [
+          job('f1', { created: 200, state: 'FAILED', devices: [], reason }),
+          job('r2', { created: 100 })
+        ]
+      }),
       getJob: async id => job(id),
       connect: quietSocket
     });

@@ -12,6 +12,7 @@ import type {
   IArtifact,
   IEdtUser,
   IJobInfo,
+  IJobList,
   IJobSubmission,
   IFoldedLogs,
   ILogChunk,
@@ -119,18 +120,29 @@ export function jobPath(jobId: string, ...rest: string[]): string {
   return ['jobs', encodeURIComponent(jobId), ...rest].join('/');
 }
 
+/**
+ * The jobs the user may see, newest first (optionally only these states), and
+ * the id of the newest event the list includes: the events feed after it keeps
+ * the list live.
+ */
+export function readJobList(
+  states: readonly JobState[] = [],
+  settings?: ServerConnection.ISettings
+): Promise<IJobList> {
+  const query = states.map(s => `state=${encodeURIComponent(s)}`).join('&');
+  return requestAPI<IJobList>(
+    query ? `jobs?${query}` : 'jobs',
+    { method: 'GET' },
+    settings
+  );
+}
+
 /** The jobs the user may see, newest first (optionally only these states). */
 export async function listJobs(
   states: readonly JobState[] = [],
   settings?: ServerConnection.ISettings
 ): Promise<IJobInfo[]> {
-  const query = states.map(s => `state=${encodeURIComponent(s)}`).join('&');
-  const answer = await requestAPI<{ jobs: IJobInfo[] }>(
-    query ? `jobs?${query}` : 'jobs',
-    { method: 'GET' },
-    settings
-  );
-  return answer.jobs;
+  return (await readJobList(states, settings)).jobs;
 }
 
 /** Submit a job. */

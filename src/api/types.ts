@@ -268,6 +268,13 @@ export interface IAllocationDevice {
   intervals: IAllocationInterval[];
 }
 
+/** The answer of GET /edt/api/v1/jobs. */
+export interface IJobList {
+  jobs: IJobInfo[];
+  /** The newest event the list includes: the events feed goes on after it. */
+  last_event_id: number;
+}
+
 /** The answer of GET /edt/api/v1/allocations. */
 export interface IAllocations {
   /** The range, in seconds since the epoch. */

@@ -1,6 +1,6 @@
 /**
  * The live job list: a snapshot from GET /jobs, then the events WebSocket
- * applied to it (state.ts). It is the list behind IEdtJobs, which the sidebar,
+ * after the newest event the snapshot includes, applied to it (state.ts). It is the list behind IEdtJobs, which the sidebar,
  * the cluster view and the notifications share. The connection exists only
  * while the model is active (the sidebar shown, or notifications wanted, and
  * the browser tab visible); reactivating resumes after the last event id, so nothing is lost
@@ -15,6 +15,7 @@ import {
   TERMINAL_STATES,
   type IJobEvent,
   type IJobInfo,
+  type IJobList,
   type SocketFactory,
   reasonMessage
 } from '../api';
@@ -28,7 +29,8 @@ import {
 
 /** What the model needs from the server (the REST client, or a fake in tests). */
 export interface IJobsModelOptions {
-  listJobs: () => Promise<IJobInfo[]>;
+  /** The jobs, and the newest event they include (`readJobList`). */
+  listJobs: () => Promise<IJobList>;
   getJob: (jobId: string) => Promise<IJobInfo>;
   connect: SocketFactory;
   /** Passed to the event stream (tests shorten the delays). */
@@ -102,11 +104,12 @@ export class JobsModel implements IDisposable {
   /** Read the whole list again (the refresh button); the stream goes on. */
   async refresh(): Promise<void> {
     try {
-      const jobs = await this._options.listJobs();
+      const answer = await this._options.listJobs();
       if (this._disposed) {
         return;
       }
-      this._jobs = fromSnapshot(jobs, this._jobs);
+      this._jobs = fromSnapshot(answer.jobs, this._jobs);
+      this._listedAt = answer.last_event_id ?? 0; // 0 from a server without it: replay all
       this._error = null;
     } catch (reason) {
       this._error = `Could not list the jobs: ${reasonMessage(reason)}`;
@@ -169,6 +172,9 @@ export class JobsModel implements IDisposable {
     if (!this._loaded) {
       this._loaded = true;
       await this.refresh();
+      // the first connection goes on from the snapshot, not from the feed's start;
+      // a later one resumes where the last stopped (what happened meanwhile is told)
+      this._cursor = Math.max(this._cursor, this._listedAt);
     }
     if (!this._active || this._disposed || this._stream) {
       return;
@@ -233,6 +239,8 @@ export class JobsModel implements IDisposable {
   private _error: string | null = null;
   private _active = false;
   private _cursor = 0;
+  /** The newest event the last snapshot includes. */
+  private _listedAt = 0;
   private _stream: EventStream | null = null;
   /** Jobs being read (`_fetchUnknown`), with the events that came meanwhile. */
   private readonly _pending = new Map<string, IJobEvent[]>();

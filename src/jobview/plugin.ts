@@ -15,7 +15,7 @@ import { DisposableDelegate } from '@lumino/disposable';
 
 import {
   fetchUser,
-  listJobs,
+  readJobList,
   restJobApi,
   submitJob,
   webSocketFactory
@@ -64,7 +64,7 @@ export const jobsPlugin: JupyterFrontEndPlugin<IEdtJobs> = {
       : undefined;
 
     const model = new JobsModel({
-      listJobs: () => listJobs([], serverSettings),
+      listJobs: () => readJobList([], serverSettings),
       getJob: jobId => api.getJob(jobId),
       connect: webSocketFactory(serverSettings)
     });

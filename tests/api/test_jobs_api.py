@@ -185,6 +185,20 @@ async def test_events_stream_backlog_then_live_and_resume_from_a_cursor(
     ws.close()
 
 
+async def test_the_list_says_where_the_feed_goes_on(jp_fetch, jp_http_port, jp_base_url):
+    """list-then-watch: the feed after the list's `last_event_id` brings what came since, not
+    the events the list already holds."""
+    first = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
+    listed = await api(jp_fetch, "alice", "jobs")
+    assert [j["id"] for j in listed["jobs"]] == [first["id"]] and listed["last_event_id"] > 0
+    url = f"ws://localhost:{jp_http_port}{jp_base_url}edt/api/v1/events?token=alice"
+    ws = await websocket_connect(f"{url}&after={listed['last_event_id']}")
+    second = await api(jp_fetch, "alice", "jobs", method="POST", body=SPEC)
+    event = json.loads(await asyncio.wait_for(ws.read_message(), 10))
+    ws.close()
+    assert (event["job_id"], event["state"]) == (second["id"], "QUEUED")
+
+
 async def test_events_socket_requires_credentials(http_server_client, jp_base_url):
     """The refusal comes before the WebSocket upgrade: a plain GET shows its status (a
     refused handshake leaves Tornado's WebSocket client waiting instead of reporting it)."""
