@@ -100,9 +100,15 @@ class Sizes:
 
 
 SIZES = {
-    "cpu": Sizes(3, 10, resnet_micro=8, gpt_micro=8, image_size=32, seq_len=64, gpt_steps=100),
-    "cuda": Sizes(5, 30, resnet_micro=128, gpt_micro=32, image_size=32, seq_len=64, gpt_steps=100),
-    "quick": Sizes(2, 3, resnet_micro=2, gpt_micro=2, image_size=16, seq_len=32, gpt_steps=3),
+    "cpu": Sizes(
+        warmup=3, steps=10, gpt_steps=100, resnet_micro=8, gpt_micro=8, image_size=32, seq_len=64
+    ),
+    "cuda": Sizes(
+        warmup=5, steps=30, gpt_steps=100, resnet_micro=128, gpt_micro=32, image_size=32, seq_len=64
+    ),
+    "quick": Sizes(
+        warmup=2, steps=3, gpt_steps=3, resnet_micro=2, gpt_micro=2, image_size=16, seq_len=32
+    ),
 }
 
 

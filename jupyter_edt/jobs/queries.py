@@ -106,7 +106,7 @@ class JobQueries:
         `anonymised`: a device held, by a job they may not name."""
         until = _range_end(since, until, self.clock())
         # read first: an event recorded meanwhile is in the answer and in the feed after it
-        last_id = self.store.last_event_id()
+        last_id = self.last_event_id()
         events = self.store.allocation_events(since, until)
         by_device = device_intervals(events, since=since, until=until)
         if not self.is_admin(user):

@@ -3,7 +3,7 @@ import { ServerConnection } from '@jupyterlab/services';
 import {
   downloadUrl,
   fetchCluster,
-  listJobs,
+  readJobList,
   requestAPI,
   submitJob,
   type ClusterInfo
@@ -182,7 +182,7 @@ describe('the job calls under a base URL', () => {
   const server = fakeServer(request => {
     const url = new URL(request.url);
     if (url.pathname.endsWith('/jobs') && request.method === 'GET') {
-      return json({ jobs: [{ id: 'j1' }] });
+      return json({ jobs: [{ id: 'j1' }], last_event_id: 7 });
     }
     if (url.pathname.endsWith('/jobs') && request.method === 'POST') {
       return json(
@@ -206,8 +206,8 @@ describe('the job calls under a base URL', () => {
   });
 
   it('lists jobs by state below the base URL', async () => {
-    const jobs = await listJobs(['RUNNING', 'QUEUED'], settings);
-    expect(jobs).toEqual([{ id: 'j1' }]);
+    const list = await readJobList(['RUNNING', 'QUEUED'], settings);
+    expect(list).toEqual({ jobs: [{ id: 'j1' }], last_event_id: 7 });
     const request = server.requests[server.requests.length - 1];
     expect(pathOf(request)).toBe(
       'http://localhost:8888/user/alice/edt/api/v1/jobs'

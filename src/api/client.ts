@@ -137,14 +137,6 @@ export function readJobList(
   );
 }
 
-/** The jobs the user may see, newest first (optionally only these states). */
-export async function listJobs(
-  states: readonly JobState[] = [],
-  settings?: ServerConnection.ISettings
-): Promise<IJobInfo[]> {
-  return (await readJobList(states, settings)).jobs;
-}
-
 /** Submit a job. */
 export function submitJob(
   spec: IJobSubmission,

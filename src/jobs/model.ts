@@ -1,7 +1,8 @@
 /**
  * The live job list: a snapshot from GET /jobs, then the events WebSocket
- * after the newest event the snapshot includes, applied to it (state.ts). It is the list behind IEdtJobs, which the sidebar,
- * the cluster view and the notifications share. The connection exists only
+ * after the newest event the snapshot includes, applied to it (state.ts). It
+ * is the list behind IEdtJobs, which the sidebar, the cluster view and the
+ * notifications share. The connection exists only
  * while the model is active (the sidebar shown, or notifications wanted, and
  * the browser tab visible); reactivating resumes after the last event id, so nothing is lost
  * or repeated in between.
