@@ -16,9 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from multiuser import ADMINS, TokenPerUser
 
-from jupyter_edt.launch.local import LocalLauncher, warm_launchers
+# The helpers' asserts explain a failure as the tests' own do (pytest rewrites test modules
+# only); registered before anything imports them.
+pytest.register_assert_rewrite(
+    *("apidoc", "archive_files", "benchruns", "edtservice", "fakes", "hubdeploy"),
+    *("jobprograms", "multiuser", "pgserver", "realjobs", "restartjobs", "scrapes"),
+    *("unixaccounts", "waiting", "wmla_program", "wmlaclient", "workerruns"),
+)
+
+from multiuser import ADMINS, TokenPerUser  # noqa: E402
+
+from jupyter_edt.launch.local import LocalLauncher, warm_launchers  # noqa: E402
 
 # How long processes a test just stopped may take to end before they count as left running.
 EXIT_GRACE_S = 5.0

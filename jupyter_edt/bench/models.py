@@ -327,42 +327,41 @@ def _forked_ddp(run: Run, report: Path) -> dict[str, Any]:
     # CPU each), and the GPT's library
     import torch._dynamo  # noqa: F401
 
-    from .events import free_port
+    from .rendezvous import agent_store
 
     if run.arch == "gpt":
         import transformers  # noqa: F401
-    port = free_port()
     ctx = mp.get_context("fork")
     argv = run.args("ddp", report)[1:]
-    procs = [
-        ctx.Process(target=_ddp_child, args=(rank, run.workers, port, argv))
-        for rank in range(run.workers)
-    ]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    try:
+    with agent_store(run.workers) as rendezvous:
+        procs = [
+            ctx.Process(target=_ddp_child, args=(rank, run.workers, rendezvous, argv))
+            for rank in range(run.workers)
+        ]
         for p in procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
+            p.start()
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        try:
+            for p in procs:
+                p.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
     codes = [p.exitcode for p in procs]
     if codes != [0] * run.workers:
         raise RuntimeError(f"forked DDP workers exited {codes} (their tracebacks: stderr)")
     return _figures(run, _reports(report, "ddp", run.workers))
 
 
-def _ddp_child(rank: int, world: int, port: int, argv: list[str]) -> None:
+def _ddp_child(rank: int, world: int, rendezvous: dict[str, str], argv: list[str]) -> None:
     os.environ.update(
+        rendezvous,
         RANK=str(rank),
         LOCAL_RANK=str(rank),
         WORLD_SIZE=str(world),
         LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
         CUDA_VISIBLE_DEVICES="",
     )
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")

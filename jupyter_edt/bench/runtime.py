@@ -83,12 +83,14 @@ def _program(cfg: argparse.Namespace) -> None:
     trainer.fit(1, cfg.batch, 4, checkpoint_every=0, micro_batch_size=cfg.micro, validate_every=0)
 
 
-def _ddp_worker(rank: int, world: int, port: int, cfg: argparse.Namespace, q: Any) -> None:
+def _ddp_worker(
+    rank: int, world: int, rendezvous: dict[str, str], cfg: argparse.Namespace, q: Any
+) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(rendezvous)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", rank=rank, world_size=world)
     model = DistributedDataParallel(_model(cfg.n_in, cfg.hidden))
@@ -116,18 +118,19 @@ def _median_interval(ends: list[float]) -> float:
 
 
 def _ddp_samples_per_s(cfg: argparse.Namespace) -> float:
-    import socket
-
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from .rendezvous import agent_store
+
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
-    mp.start_processes(
-        _ddp_worker, args=(cfg.workers, port, cfg, q), nprocs=cfg.workers, start_method="spawn"
-    )
+    with agent_store(cfg.workers) as rendezvous:
+        mp.start_processes(
+            _ddp_worker,
+            args=(cfg.workers, rendezvous, cfg, q),
+            nprocs=cfg.workers,
+            start_method="spawn",
+        )
     return float(q.get())
 
 

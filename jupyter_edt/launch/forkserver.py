@@ -19,7 +19,9 @@ Who may ask for what: the server runs as the service's account. A requester of a
 (the driver of a job that runs as its user) gets children of its own account only, whatever it
 asks (``SO_PEERCRED`` says who it is); root's requests name the account. A requester's
 children that must not outlive it (a driver's workers: ``die_with_requester``) are killed when
-its connection closes, which its death does.
+its connection closes, which its death does. When the requester is a child of the server too
+(a forked driver), its exit reaches its own requester only once those children have been
+reaped: a driver seen to end has no worker left, whichever way it ended.
 
 Exit codes reach the requester through a pipe of its own: the child writes its code as it
 exits, and the server writes the status it reaped (a signal, too), so the code arrives while
@@ -90,6 +92,9 @@ class _Server:
         self.selector.register(self.sock, selectors.EVENT_READ)
         self.children: dict[int, tuple[socket.socket, bool, int]] = {}  # pid: conn, dies, fd
         self.buffers: dict[socket.socket, bytearray] = {}
+        self.peers: dict[socket.socket, int] = {}  # conn: the requester's pid
+        # an ended child's status fd, open until its children that die with it are reaped
+        self.closing: dict[int, tuple[int, set[int]]] = {}  # pid: fd, dependents
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(wake_w, False)
@@ -103,6 +108,7 @@ class _Server:
                 if key.fileobj is self.sock:
                     conn, _ = self.sock.accept()
                     self.buffers[conn] = bytearray()
+                    self.peers[conn] = _peer(conn)[0]
                     self.selector.register(conn, selectors.EVENT_READ)
                 elif key.fileobj == self.wake_r:
                     with contextlib.suppress(BlockingIOError):
@@ -163,11 +169,18 @@ class _Server:
         """The requester is gone: its children that die with it are killed."""
         self.selector.unregister(conn)
         self.buffers.pop(conn, None)
-        for pid, (owner, dies, _) in list(self.children.items()):
-            if owner is conn and dies:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
+        self.peers.pop(conn, None)
+        self._kill(self._dependents(lambda owner: owner is conn))
         conn.close()
+
+    def _dependents(self, asked_by: Any) -> set[int]:
+        """The live children that die with their requester, of the requesters `asked_by` picks."""
+        return {pid for pid, (owner, dies, _) in self.children.items() if dies and asked_by(owner)}
+
+    def _kill(self, pids: set[int]) -> None:
+        for pid in pids:  # live children only: a reaped one's pid may be another's already
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
 
     def _fork(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> int:
         if len(fds) != 3:
@@ -212,11 +225,19 @@ class _Server:
             if pid == 0:
                 return
             entry = self.children.pop(pid, None)
-            if entry is not None:
-                code = os.waitstatus_to_exitcode(status)
-                with contextlib.suppress(OSError):
-                    os.write(entry[2], _CODE.pack(code))
-                os.close(entry[2])
+            if entry is None:
+                continue
+            with contextlib.suppress(OSError):
+                os.write(entry[2], _CODE.pack(os.waitstatus_to_exitcode(status)))
+            # its own workers first (its connection's end may not have been read yet)
+            dependents = self._dependents(lambda owner, ended=pid: self.peers.get(owner) == ended)
+            self._kill(dependents)
+            self.closing[pid] = (entry[2], dependents)
+            for ended, (fd, left) in list(self.closing.items()):
+                left.discard(pid)
+                if not left:
+                    del self.closing[ended]
+                    os.close(fd)
 
     def close_in_child(self) -> None:
         signal.set_wakeup_fd(-1)
@@ -226,6 +247,8 @@ class _Server:
             conn.close()
         os.close(self.wake_r)
         for _, _, fd in self.children.values():
+            os.close(fd)
+        for fd, _ in self.closing.values():
             os.close(fd)
 
 

@@ -51,6 +51,7 @@ from .control import LocalController, Placement, WorkerCrashed
 from .environment import JOB_ENV_KEY
 from .failures import error_from_log, failure_reason, read_error
 from .jobdir import JobDir, checkpoints, process_start_time, read_json
+from .stopping import Stop
 from .store_keys import formed_key
 
 TICK_S = 0.1
@@ -123,6 +124,7 @@ class Driver:
         self.formed_gen = 0  # the newest generation reported as formed
         self.moving_gen: int | None = None  # a move waits for this generation's state transfer
         self.ctl: LocalController | None = None
+        self.stop = Stop()  # main() makes it the SIGTERM handler
 
     # life ---------------------------------------------------------------------------------
 
@@ -146,16 +148,17 @@ class Driver:
             store_host=launcher.reachable_host(),
             job_dir=self.dir.root,  # copied to nodes that do not share this file system
             max_restarts=self.max_restarts if self.kind == "restart" else 0,
+            launching=self.stop.held,
         )
-        self.devices = devices
-        ids = self.ctl.start(
-            len(devices), [device_env(d) for d in devices], [placement(d) for d in devices]
-        )
-        self.device_of = dict(zip(ids, devices, strict=True))
-        self.gang = ids
-        self.status["state"] = "running"  # its processes are up; elastic once they form
-        self._report()
-        try:
+        try:  # from here on, a stop stops whatever workers have started
+            self.devices = devices
+            ids = self.ctl.start(
+                len(devices), [device_env(d) for d in devices], [placement(d) for d in devices]
+            )
+            self.device_of = dict(zip(ids, devices, strict=True))
+            self.gang = ids
+            self.status["state"] = "running"  # its processes are up; elastic once they form
+            self._report()
             return self._loop()
         finally:
             self.ctl.close()
@@ -524,12 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m jupyter_edt.runtime.driver <job dir>", file=sys.stderr)
         return 2
     driver = Driver(Path(args[0]))
-
-    def stop(signum: int, _frame: object) -> None:
-        # cancel: the launcher signals the whole process group; leave through `finally`
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGTERM, driver.stop)  # leaves through `run`'s `finally`
     return driver.run()
 
 

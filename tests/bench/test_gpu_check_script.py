@@ -65,10 +65,22 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comple
     return done, out
 
 
+def _said(done: subprocess.CompletedProcess, out: Path) -> str:
+    """What the script printed, then what each failed part printed (its record's tails): the
+    reason a red run gives, where its files go with its machine."""
+    said = [done.stdout, done.stderr]
+    for path in sorted(out.glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("status") in ("failed", "timeout"):
+            for tail in ("stdout_tail", "stderr_tail"):
+                said.append(f"--- {path.stem}'s {tail}:\n{record.get(tail)}")
+    return "\n".join(said)
+
+
 @pytest.mark.timeout(DRY_RUN_BUDGET_S + 90)
 def test_dry_run_writes_every_part_and_a_summary_of_them(dry_run) -> None:
     done, out = dry_run
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0, _said(done, out)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mode"] == "dry-run" and summary["ok"] is True and summary["failed"] == []
     assert list(summary["parts"]) == PARTS == list(summary["records"])
@@ -124,7 +136,7 @@ def test_dry_run_writes_every_part_and_a_summary_of_them(dry_run) -> None:
 def _part(dry_run, name: str) -> dict[str, Any]:
     """One part's record of the module's dry run, which ran it."""
     done, out = dry_run
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0, _said(done, out)
     record = json.loads((out / f"{name}.json").read_text())
     assert record["status"] == "ok", record
     return record

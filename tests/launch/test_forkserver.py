@@ -3,6 +3,7 @@ nothing behind, and never pass from one account to another."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -145,6 +146,51 @@ def test_a_drivers_workers_die_with_it_and_its_stop_kills_them(forkserver, tmp_p
     sleeper = launcher.start_sync(spec(tmp_path, "stopped", SLEEPER))
     assert isinstance(sleeper, ForkedProcess)
     assert launcher.stop_sync(sleeper, grace=5) == -signal.SIGTERM
+
+
+def test_a_forked_drivers_end_is_seen_once_its_workers_are_gone(forkserver, tmp_path):
+    """The service deletes a job's files, or gives its GPUs to another job, once it sees the
+    driver end: its workers must have ended by then. Here the driver's connection to the
+    server outlives it (a process it forked holds it), so only its end says they must go."""
+    program = textwrap.dedent(
+        f"""
+        import os, sys, time
+        from pathlib import Path
+        from jupyter_edt.launch.base import ProcessSpec
+        from jupyter_edt.launch.local import LocalLauncher
+        path = Path({str(tmp_path)!r}) / "sleeper.py"
+        path.write_text({SLEEPER!r})
+        workers = LocalLauncher(own_session=False, forkserver={forkserver.name!r})
+        worker = workers.start_sync(ProcessSpec(job_id="j", name="w0", cwd=path.parent,
+            argv=[sys.executable, "-m", "jupyter_edt.runtime.worker", str(path)],
+            log_dir=path.parent / "logs"))
+        connection = workers._client._sock.fileno()
+        holder = os.fork()
+        if holder == 0:  # a process of its own, holding the driver's connection (only)
+            os.setsid()
+            os.closerange(3, connection)
+            os.closerange(connection + 1, 1 << 16)
+            time.sleep(300)
+            os._exit(0)
+        print(worker.pid, holder, flush=True)
+        time.sleep(300)
+        """
+    )
+    launcher = LocalLauncher(forkserver=forkserver.name)
+    driver = launcher.start_sync(spec(tmp_path, "driver", program))
+    assert isinstance(driver, ForkedProcess)
+    out = tmp_path / "logs" / "driver.stdout"
+    eventually_sync(lambda: out.exists() and out.read_text().endswith("\n"), "the driver started")
+    worker, holder = (int(p) for p in out.read_text().split())
+    try:
+        driver.send_signal(signal.SIGKILL)
+        assert driver.wait_sync(30) == -signal.SIGKILL
+        assert process_start_time(worker) is None  # gone, not merely signalled
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(holder, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker, signal.SIGKILL)
 
 
 def test_a_killed_fork_server_leaves_nothing_and_its_children_run_on(tmp_path):
