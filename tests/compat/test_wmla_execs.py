@@ -321,7 +321,8 @@ async def assert_gone(jp_fetch, exec_id: str, job_dir: Path) -> None:
         assert info.value.code == 404, path
     listed = await wmla(jp_fetch, "alice", "execs")
     assert exec_id not in {e["id"] for e in listed["execs"]}
-    assert not job_dir.exists()
+    # what is left, if anything, names whoever wrote there after the delete
+    assert not job_dir.exists(), sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("*"))
 
 
 @pytest.mark.parametrize(
