@@ -19,6 +19,7 @@ from traitlets.config import LoggingConfigurable
 from traitlets.utils.importstring import import_item
 
 from .compat.plugin import WMLAPlugin
+from .jobs.reconnect import DatabaseUnreachable
 from .jobs.runner import DriverRunner
 from .jobs.service import JobService
 from .jobs.store import JobStore
@@ -138,7 +139,16 @@ class JobHost(LoggingConfigurable):
         help="""SQLAlchemy URL of the job store. Defaults to an SQLite file in the Jupyter
         data directory. PostgreSQL (for a shared service): postgresql+psycopg://user@host/db,
         with the psycopg driver (`pip install 'jupyter-edt[postgresql]'`); a transaction whose
-        connection is lost is run again for up to 30 s, the service's log says so.""",
+        connection is lost is run again for up to `database_patience` seconds, the service's
+        log says so.""",
+    )
+
+    database_patience = Float(
+        30.0,
+        config=True,
+        help="""How long a transaction is run again while the job database cannot be reached
+        (a PostgreSQL that restarts or fails over). Past it, the API answers 503 with a
+        Retry-After, and the service carries on once the database answers again.""",
     )
 
     jobs_dir = Unicode(
@@ -402,7 +412,12 @@ class JobHost(LoggingConfigurable):
         self.monitor = InventoryMonitor(self.inventory)
         self.monitor.record(self.inventory.read(), time.time())
         # a lost database connection is told in this service's log, with the retries
-        store = JobStore(self.database_url, metrics_cap=self.metrics_cap, log=self.log)
+        store = JobStore(
+            self.database_url,
+            metrics_cap=self.metrics_cap,
+            log=self.log,
+            reconnect_s=self.database_patience,
+        )
         self.job_service = JobService(
             store,
             self.monitor,
@@ -497,6 +512,8 @@ class JobHost(LoggingConfigurable):
                     ids = ", ".join(d.id for d in self.monitor.devices)
                     self.log.warning("jupyter-edt: the devices changed; now: %s", ids)
                 await self.job_service.reschedule()
+            except DatabaseUnreachable as err:  # the store said so: a line, no traceback
+                self.log.warning("jupyter-edt: rescheduling waits for the job database: %s", err)
             except Exception:
                 self.log.exception("jupyter-edt: a device reading or reschedule failed")
 

@@ -120,3 +120,25 @@ def call(
         return status, json.loads(raw), answer_headers
     except ValueError:
         return status, raw, answer_headers
+
+
+def token_file_service(
+    root: Path, users: dict[str, dict[str, Any]], settings: dict[str, Any]
+) -> ServiceProcess:
+    """A started `jupyter edt serve` in `root` whose callers a token file names (`users`: the
+    file's entries), running every job under the service's own account, with `settings`."""
+    tokens = root / "tokens.json"
+    tokens.write_text(json.dumps(users))
+    tokens.chmod(0o600)
+    process = ServiceProcess(
+        root,
+        {
+            "authenticator_class": "jupyter_edt.serve.auth.TokenFileAuthenticator",
+            "run_as_users": False,
+            "allow_shared_account": True,
+            **settings,
+        },
+    )
+    process.settings["TokenFileAuthenticator.tokens_file"] = str(tokens)
+    process.start()
+    return process

@@ -10,6 +10,7 @@ file (``serve/``). `routes()` (``api/__init__.py``) makes the composed classes.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tornado import web
 
 from ..jobs.models import JobConflict, SpecError
+from ..jobs.reconnect import RETRY_AFTER_S, DatabaseUnreachable
 from ..jobs.service import JobService, NotAllowed
 from ..jobs.store import UnknownJob
 from ..jobs.users import Identity
@@ -26,6 +28,8 @@ from .credentials import Credentials, challenge
 
 if TYPE_CHECKING:
     from ..host import JobHost
+
+log = logging.getLogger(__name__)
 
 # The largest integer SQLite stores, so no id exceeds it; a cursor past it asks for nothing,
 # but may not reach a query, which would overflow.
@@ -155,6 +159,12 @@ class EDTHandler(web.RequestHandler):
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise APIError(400, f"The request body is not valid JSON: {err}", "body") from err
 
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        if isinstance(value, DatabaseUnreachable):  # the store logged it: a line, no traceback
+            log.warning("%s %s: 503: %s", self.request.method, self.request.path, value)
+            return
+        super().log_exception(typ, value, tb)
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         if status_code == 405:  # RFC 9110: a 405 names the methods the resource has
             self.set_header("Allow", ", ".join(self.allowed_methods()))
@@ -167,9 +177,14 @@ class EDTHandler(web.RequestHandler):
 
 
 def write_api_error(handler: web.RequestHandler, **kwargs: Any) -> bool:
-    """Answer an `APIError` as JSON naming its field (from `write_error`); False for any
-    other error, which the handler's own `write_error` answers."""
+    """Answer an `APIError` as JSON naming its field (from `write_error`), and a job database
+    that stayed out of reach as 503 with a Retry-After; False for any other error, which the
+    handler's own `write_error` answers."""
     exc = kwargs.get("exc_info", (None, None, None))[1]
+    if isinstance(exc, DatabaseUnreachable):
+        handler.set_status(503)
+        handler.set_header("Retry-After", str(RETRY_AFTER_S))
+        exc = APIError(503, str(exc))
     if not isinstance(exc, APIError):
         return False
     body: dict[str, Any] = {"message": exc.message}

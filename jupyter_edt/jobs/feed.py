@@ -18,10 +18,13 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+from .reconnect import DatabaseUnreachable
 from .store import JobStore
 
 # Changes within this many seconds wake subscribers once.
 COALESCE_S = 0.02
+# How soon a publication the job database missed is tried again.
+RETRY_S = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,13 @@ class EventFeed:
 
     def _publish(self) -> None:
         self._pending = None
+        try:
+            self._read_new()
+        except DatabaseUnreachable as err:  # read again soon: nothing recorded is skipped
+            log.warning("jupyter-edt: the event feed waits for the job database: %s", err)
+            self._pending = asyncio.get_running_loop().call_later(RETRY_S, self._publish)
+
+    def _read_new(self) -> None:
         while batch := self.store.events(after=self._last_id, limit=5000):
             now = time.monotonic()
             published = [_published(e, now) for e in batch]

@@ -4,7 +4,9 @@ submitted job nor a job's record.
 
 Only a lost or refused connection is retried, the whole transaction again: it was rolled back
 with its connection (a commit cut off mid-way may have taken, which is why `JobStore` draws a
-new job's id before the first attempt). A failed statement is raised at once.
+new job's id before the first attempt). A failed statement is raised at once. A database still
+unreachable when the patience is spent raises `DatabaseUnreachable`, which the API answers as
+503: the service is there, its database is not, and the call may be made again.
 """
 
 from __future__ import annotations
@@ -27,6 +29,21 @@ R = TypeVar("R")
 #: exception), and a server that shuts down, crashed, or is still starting.
 LOST_STATES = ("08", "57P01", "57P02", "57P03")
 _NO_STATE = object()
+
+
+#: What a 503 for an unreachable database tells a client (HTTP's Retry-After), in seconds.
+RETRY_AFTER_S = 5
+
+
+class DatabaseUnreachable(Exception):
+    """The job database could not be reached within the patience; `__cause__` is the last
+    driver error."""
+
+    def __init__(self, database: str, waited_s: float, why: str) -> None:
+        super().__init__(
+            f"The job database {database} cannot be reached (tried for {waited_s:.1f} s: "
+            f"{why}); try again shortly."
+        )
 
 
 def lost_connection(err: DBAPIError) -> bool:
@@ -105,7 +122,7 @@ class Reconnect:
                         tries,
                         why,
                     )
-                    raise
+                    raise DatabaseUnreachable(self.database, now - since, why) from err
                 tries += 1
                 time.sleep(min(delay, max(0.0, since + self.patience_s - now)))
                 delay = min(delay * 2, self.max_delay_s)

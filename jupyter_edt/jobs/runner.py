@@ -16,12 +16,13 @@ links in it, so the service follows none when it writes there or reads a log bac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from .metrics import JobMetricsTail
 from .models import Job
 from .plugins import JobPlugin
 from .protocols import RunnerReports
+from .reconnect import DatabaseUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,10 @@ class DriverRunner:
         self._starting: dict[str, asyncio.Future[None]] = {}
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._tails: dict[str, JobMetricsTail] = {}
+        # records read but not stored yet (the database was out of reach), and how far their
+        # files had been read: sent with the next ones
+        self._unsent: dict[str, tuple[list[dict[str, Any]], dict[str, int]]] = {}
+        self._forwarding = asyncio.Lock()  # one reading at a time: records stay in order
         self._collector: asyncio.Task[None] | None = None
 
     def report_to(self, reports: RunnerReports) -> None:
@@ -169,6 +175,7 @@ class DriverRunner:
 
     def _unfollow(self, job_id: str) -> None:
         self._tails.pop(job_id, None)
+        self._unsent.pop(job_id, None)
         watcher = self._watchers.pop(job_id, None)
         if watcher is not None:
             watcher.cancel()
@@ -309,10 +316,17 @@ class DriverRunner:
         """Forward every followed job's new metric events, all jobs in one go, so the store
         sees one transaction per interval however many jobs run."""
         while True:
-            await self._forward(list(self._tails))
+            try:
+                await self._forward(list(self._tails))
+            except DatabaseUnreachable as err:  # kept in `_unsent`, sent once it answers
+                log.warning("jupyter-edt: metrics wait for the job database: %s", err)
             await asyncio.sleep(self.poll_interval)
 
     async def _forward(self, job_ids: list[str]) -> None:
+        async with self._forwarding:
+            await self._forward_now(job_ids)
+
+    async def _forward_now(self, job_ids: list[str]) -> None:
         assert self._reports is not None, "the service calls report_to() before jobs start"
         tails = {j: self._tails[j] for j in job_ids if j in self._tails}
 
@@ -320,10 +334,18 @@ class DriverRunner:
             # each tail's positions as of what it just read: stored with those records
             return {j: (t.read_new(), t.positions()) for j, t in tails.items()}
 
-        read_now = await asyncio.to_thread(read)
-        batches = {j: records for j, (records, _) in read_now.items() if records}
+        for j, (records, positions) in (await asyncio.to_thread(read)).items():
+            if records:
+                held = self._unsent.get(j, ([], {}))[0]
+                self._unsent[j] = (held + records, positions)
+        batches = {j: self._unsent[j] for j in job_ids if j in self._unsent}
         if batches:
-            self._reports.add_metrics(batches, {j: read_now[j][1] for j in batches})
+            self._reports.add_metrics(
+                {j: records for j, (records, _) in batches.items()},
+                {j: positions for j, (_, positions) in batches.items()},
+            )
+            for j in batches:
+                self._unsent.pop(j, None)
 
     async def _watch(self, job_id: str, handle: ProcessHandle) -> None:
         """Follow one driver until it exits, forwarding what it reports to the service.
@@ -337,50 +359,67 @@ class DriverRunner:
         seen: dict[str, Any] = {"running": False, "elastic": False, "formed": 0, "restarts": 0}
 
         async def report(status: dict[str, Any]) -> None:
+            # each noted as seen once the service has it: one the database missed comes again
             if not seen["running"] and status.get("state") in ("running", "exited"):
-                seen["running"] = True
                 await service.job_running(job_id, "processes started")
+                seen["running"] = True
             # the group's forming first: once elastic, the job may be resized at once, and its
             # first group is recorded before any allocation that follows it
             formed = status.get("formed")
             if isinstance(formed, dict) and int(formed.get("generation", 0)) > seen["formed"]:
-                seen["formed"] = int(formed["generation"])
                 await service.job_formed(job_id, formed)
+                seen["formed"] = int(formed["generation"])
             if not seen["elastic"] and status.get("elastic"):
-                seen["elastic"] = True
                 await service.job_elastic(job_id)
+                seen["elastic"] = True
             for restart in status.get("restart_history") or []:
                 if isinstance(restart, dict) and int(restart.get("count", 0)) > seen["restarts"]:
-                    seen["restarts"] = int(restart["count"])
                     await service.job_restarted(job_id, restart)
+                    seen["restarts"] = int(restart["count"])
 
         try:
             while handle.returncode is None:
-                await report(d.read_status() or {})
+                with contextlib.suppress(DatabaseUnreachable):  # again at the next poll
+                    await report(d.read_status() or {})
                 await asyncio.sleep(self.poll_interval)
             # a job quicker than a poll: what it reported before it ended still counts
-            await report(d.read_status() or {})
-            await self._forward([job_id])  # what it wrote last, before its end is recorded
+            await self._stored(job_id, lambda: report(d.read_status() or {}))
+            # what it wrote last, before its end is recorded
+            await self._stored(job_id, lambda: self._forward([job_id]))
             self._tails.pop(job_id, None)
             code = handle.returncode
             self._drivers.pop(job_id, None)
             self._watchers.pop(job_id, None)
             status = d.read_status() or {}
             if code == 0:
-                await service.job_exited(job_id, True, "finished")
+                await self._stored(job_id, lambda: service.job_exited(job_id, True, "finished"))
             elif status.get("state") == "failed" and status.get("error"):
                 # the program's error as the driver put it (runtime/failures.py), whole: the
                 # driver's own exit code says only that training failed
-                await service.job_exited(job_id, False, str(status["error"]))
+                error = str(status["error"])
+                await self._stored(job_id, lambda: service.job_exited(job_id, False, error))
             else:
                 await self.launcher.stop(handle, grace=0)  # its orphaned workers
                 stderr = _tail_text(log_paths(d.logs, DRIVER)[1], limit=800)
                 why = status.get("lost") if status.get("state") == "lost" else None
-                await service.job_lost(job_id, why or _driver_death(code), stderr)
+                await self._stored(
+                    job_id, lambda: service.job_lost(job_id, why or _driver_death(code), stderr)
+                )
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("Watching job %s failed", job_id)
+
+    async def _stored(self, job_id: str, report: Callable[[], Awaitable[object]]) -> None:
+        """`report()`, again while the job database is out of reach: a job's end must be
+        recorded, however long that takes."""
+        while True:
+            try:
+                await report()
+                return
+            except DatabaseUnreachable as err:
+                log.warning("jupyter-edt: job %s waits for the job database: %s", job_id, err)
+                await asyncio.sleep(max(self.poll_interval, 1.0))
 
 
 def _devices(devices: Sequence[Device]) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.exc import DatabaseError, DBAPIError
+from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from .database import FreeText, StoreError, open_engine, said, shown, writer
@@ -42,7 +42,7 @@ from .models import (
     JobState,
     check_transition,
 )
-from .reconnect import Reconnect, lost_connection, retried
+from .reconnect import DatabaseUnreachable, Reconnect, retried
 from .triggers import Trigger
 from .usage import ACCOUNTED_KINDS
 
@@ -251,12 +251,9 @@ class JobStore:
     def _prepare(self) -> None:
         try:
             self.reconnect.call(self._prepare_schema)
+        except DatabaseUnreachable as err:
+            raise StoreError(str(err)) from err
         except DatabaseError as err:
-            if isinstance(err, DBAPIError) and lost_connection(err):
-                raise StoreError(
-                    f"The job database {self.reconnect.database} cannot be reached, tried for "
-                    f"{self.reconnect.patience_s:g} s: {said(err)}"
-                ) from err
             advice = (
                 "move it aside to start with an empty one, or restore a backup"
                 if self.engine.dialect.name == "sqlite"

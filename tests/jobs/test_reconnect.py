@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from jupyter_edt.jobs.reconnect import Reconnect, lost_connection
+from jupyter_edt.jobs.reconnect import DatabaseUnreachable, Reconnect, lost_connection
 from jupyter_edt.jobs.store import JobStore
 
 LOG = logging.getLogger("test_reconnect")
@@ -72,9 +72,12 @@ def test_a_transaction_runs_again_until_the_database_answers_and_the_log_says_so
 def test_it_gives_up_after_its_patience_with_the_last_error(caplog):
     reconnect = Reconnect("db", LOG, patience_s=0.05, first_delay_s=0.01)
     error = operational("57P03", "the database system is shutting down")
-    with pytest.raises(OperationalError) as raised:
+    with pytest.raises(
+        DatabaseUnreachable, match=r"^The job database db cannot be reached "
+    ) as raised:
         reconnect.call(failing(10**6, error, []))
-    assert raised.value is error
+    assert raised.value.__cause__ is error
+    assert "the database system is shutting down" in str(raised.value)
     assert caplog.records[-1].levelname == "ERROR"
     assert "gave up on the job database db after" in caplog.records[-1].getMessage()
 

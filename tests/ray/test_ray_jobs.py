@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import ray
 import torch
-from edtservice import ServiceProcess, call
+from edtservice import call, token_file_service
 from jobprograms import (
     DEADLINE_S,
     FINAL_MODEL,
@@ -34,26 +34,18 @@ TOKEN = secrets.token_hex(16)
 
 @pytest.fixture(scope="module")
 def service(cluster, tmp_path_factory):
-    root = tmp_path_factory.mktemp("ray-serve")
-    tokens = root / "tokens.json"
-    tokens.write_text(json.dumps({"alice": {"tokens": [TOKEN]}}))
-    tokens.chmod(0o600)
-    process = ServiceProcess(
-        root,
+    process = token_file_service(
+        tmp_path_factory.mktemp("ray-serve"),
+        {"alice": {"tokens": [TOKEN]}},
         {
-            "authenticator_class": "jupyter_edt.serve.auth.TokenFileAuthenticator",
             "launcher_class": "ray",
             "ray_address": cluster.address,
             "ray_namespace": NAMESPACE,
             "min_rescale_interval": 0.0,
             "refresh_interval": 0.5,
-            "run_as_users": False,
-            "allow_shared_account": True,
             "admin_users": ["alice"],  # drains nodes
         },
     )
-    process.settings["TokenFileAuthenticator.tokens_file"] = str(tokens)
-    process.start()
     yield process
     process.stop()
 

@@ -13,15 +13,18 @@ import json
 import secrets
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from edtservice import ServiceProcess, call
+from edtservice import ServiceProcess, call, token_file_service
+from jobprograms import DEADLINE_S, program
 from pgserver import ENABLED_ENV, PostgresServer, enabled
 from waiting import eventually_sync
 
 from jupyter_edt.jobs.store import JobStore
 
 TOKENS = {name: secrets.token_hex(16) for name in ("alice", "root")}
+BOB = secrets.token_hex(16)
 JOB = {"code": "pass", "max_gpus": 1, "name": "waits"}
 #: How long a submission may wait for its answer: across the outage.
 ANSWER_S = 60.0
@@ -40,32 +43,20 @@ def database() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, database) -> Iterator[ServiceProcess]:
-    root = tmp_path_factory.mktemp("serve-postgresql")
-    tokens = root / "tokens.json"
-    tokens.write_text(
-        json.dumps(
-            {
-                "alice": {"tokens": [TOKENS["alice"]]},
-                "root": {"tokens": [TOKENS["root"]], "admin": True},
-            }
-        )
-    )
-    tokens.chmod(0o600)
-    process = ServiceProcess(
-        root,
+    process = token_file_service(
+        tmp_path_factory.mktemp("serve-postgresql"),
+        {
+            "alice": {"tokens": [TOKENS["alice"]]},
+            "root": {"tokens": [TOKENS["root"]], "admin": True},
+        },
         {
             "database_url": database.database(),
-            "authenticator_class": "jupyter_edt.serve.auth.TokenFileAuthenticator",
             "virtual_gpus": 2,
             "user_quotas": {"alice": 0},  # her jobs wait: nothing runs
             "refresh_interval": 0.2,  # the scheduling loop reads the store five times a second
             "warm_workers": False,
-            "run_as_users": False,
-            "allow_shared_account": True,
         },
     )
-    process.settings["TokenFileAuthenticator.tokens_file"] = str(tokens)
-    process.start()
     yield process
     process.stop()
 
@@ -187,3 +178,103 @@ def test_a_restarted_service_finds_every_job_in_the_database(service):
 def new_log(service: ServiceProcess, before: str) -> str:
     """What the service logged since `before` was read."""
     return service.log_path.read_text(errors="replace")[len(before) :]
+
+
+@pytest.fixture(scope="module")
+def impatient(tmp_path_factory, database) -> Iterator[ServiceProcess]:
+    """A service that gives up on its database after 1 s (`database_patience`), on a database
+    of its own; bob has no quota, so his jobs run."""
+    process = token_file_service(
+        tmp_path_factory.mktemp("serve-postgresql-impatient"),
+        {"alice": {"tokens": [TOKENS["alice"]]}, "bob": {"tokens": [BOB]}},
+        {
+            "database_url": database.database(),
+            "database_patience": 1.0,
+            "virtual_gpus": 2,
+            "user_quotas": {"alice": 0},
+            "refresh_interval": 0.2,
+        },
+    )
+    yield process
+    process.stop()
+
+
+def test_a_database_gone_past_the_patience_is_503_and_the_service_carries_on(impatient, database):
+    """Past `database_patience`, a call answers 503 saying why, with a Retry-After, and the
+    scheduling loop logs a line per attempt, not a traceback; once the database is back, the
+    same service answers and takes jobs again."""
+    status, first, _ = call(impatient.url, "POST", "edt/api/v1/jobs", TOKENS["alice"], JOB)
+    assert status == 201
+    log_before = impatient.log_path.read_text()
+    database.stop()
+    try:
+        status, body, headers = call(impatient.url, "GET", "edt/api/v1/jobs", TOKENS["alice"])
+        assert status == 503, body
+        assert body["message"].startswith(f"The job database {database.url('')}")
+        assert "cannot be reached" in body["message"] and "try again" in body["message"]
+        assert headers["Retry-After"] == "5"
+        status, body, _ = call(impatient.url, "POST", "edt/api/v1/jobs", TOKENS["alice"], JOB)
+        assert status == 503 and "cannot be reached" in body["message"]
+        eventually_sync(
+            lambda: "rescheduling waits for the job database" in new_log(impatient, log_before),
+            "the scheduling loop saying it waits",
+            timeout=30,
+        )
+    finally:
+        database.start()
+    eventually_sync(lambda: answers(impatient, TOKENS["alice"]), "answering again", timeout=60)
+    status, second, _ = call(impatient.url, "POST", "edt/api/v1/jobs", TOKENS["alice"], JOB)
+    assert status == 201
+    status, listed, _ = call(impatient.url, "GET", "edt/api/v1/jobs", TOKENS["alice"])
+    assert {j["id"] for j in listed["jobs"]} >= {first["id"], second["id"]}
+    said = new_log(impatient, log_before)
+    assert "Traceback" not in said, said[-3000:]
+
+
+def test_a_job_that_trains_and_ends_while_the_database_is_gone_keeps_every_step(
+    impatient, database, tmp_path
+):
+    """The job's steps are kept in memory while the store cannot take them, and its end is
+    recorded once it can, however long past the patience that is."""
+    go = tmp_path / "go"
+    job = {"code": program(2, hold=go), "max_gpus": 1, "name": "trains-through"}
+    status, submitted, _ = call(impatient.url, "POST", "edt/api/v1/jobs", BOB, job)
+    assert status == 201, submitted
+    job_id = submitted["id"]
+    eventually_sync(
+        lambda: state(impatient, job_id) == "RUNNING", "the job running", timeout=DEADLINE_S
+    )
+    log_before = impatient.log_path.read_text()
+    job_dir = Path(impatient.settings["jobs_dir"]) / job_id
+    database.stop()
+    try:
+        eventually_sync(
+            lambda: "gave up on the job database" in new_log(impatient, log_before),
+            "the service giving up on its database",
+            timeout=30,
+        )
+        go.touch()  # it trains its 12 steps and ends, all while the database is gone
+        eventually_sync(
+            lambda: f"job {job_id} waits for the job database" in new_log(impatient, log_before),
+            "the job's end waiting for the database",
+            timeout=DEADLINE_S,
+        )
+        assert (json.loads((job_dir / "status.json").read_text()) or {}).get("state") == "exited"
+    finally:
+        database.start()
+    eventually_sync(
+        lambda: state(impatient, job_id) == "SUCCEEDED", "the job's end recorded", timeout=60
+    )
+    status, body, _ = call(impatient.url, "GET", f"edt/api/v1/jobs/{job_id}/metrics", BOB)
+    assert status == 200
+    steps = sorted(r["global_step"] for r in body["metrics"] if r.get("type") == "step")
+    assert steps == list(range(12))  # 2 epochs of 48 samples, 8 a step: none lost
+
+
+def answers(service: ServiceProcess, token: str) -> bool:
+    return call(service.url, "GET", "edt/api/v1/jobs", token)[0] == 200
+
+
+def state(service: ServiceProcess, job_id: str) -> str | None:
+    status, body, _ = call(service.url, "GET", f"edt/api/v1/jobs/{job_id}", BOB)
+    return body.get("state") if status == 200 else None
