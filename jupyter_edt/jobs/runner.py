@@ -121,7 +121,16 @@ class DriverRunner:
     # orders from the service --------------------------------------------------------------
 
     async def start(self, job: Job, devices: Sequence[Device]) -> None:
+        """Lay out the job's directory and start its driver. A start, once begun, completes
+        and its driver is followed, even if the caller is cancelled meanwhile: a driver no one
+        knows would run on, and no cancel would reach it."""
+        # known as starting from this moment: a cancel from here on waits for the driver
         started = self._starting[job.id] = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._start(job, devices, started))
+
+    async def _start(
+        self, job: Job, devices: Sequence[Device], started: asyncio.Future[None]
+    ) -> None:
         try:
             d = self.job_dir(job.id)
             account = self.accounts(job)

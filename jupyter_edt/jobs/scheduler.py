@@ -18,7 +18,7 @@ from ..scheduling.policy import POLICIES, JobDemand, Policy, PolicyName, ShareRu
 from .models import SCHEDULED, ChangeCause, Job, JobState, effective_batch
 from .progress import JobProgress, ProgressBook
 from .protocols import JobRunner
-from .store import JobStore
+from .store import JobStore, UnknownJob
 from .triggers import Changes, Snapshot, Trigger, changes, trigger_of
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,16 @@ class Scheduler:
         return self.restart_cost
 
     async def reschedule(self) -> list[Order]:
+        """Recompute the target allocation and carry out the orders that reach it (`_reschedule`).
+
+        Once begun, a reschedule is carried out whole even if whoever asked for it is cancelled
+        meanwhile: a job's watcher, say, cancelled because its job was, in the middle of the
+        reschedule its report asked for. Stopped halfway, that left another job's driver
+        started with no one knowing it, so no cancel could stop it.
+        """
+        return await asyncio.shield(self._reschedule())
+
+    async def _reschedule(self) -> list[Order]:
         """Recompute the target allocation and carry out the orders that reach it.
 
         Devices held by jobs that are checkpointing before a suspension are not dealt out: an
@@ -124,6 +134,8 @@ class Scheduler:
             applied = []
             for order in orders:
                 holds = current[order.job_id]
+                if self._changed_since_planned(order.job_id, holds):
+                    continue  # the reschedule that the change asked for plans it again
                 if (set(order.devices) - set(holds)) & releasing:
                     releasing |= set(holds)  # it waits, keeping its devices meanwhile
                     continue
@@ -135,6 +147,16 @@ class Scheduler:
                 applied.append(order)
             self._say_why_waiting(jobs, orders, policy.rules)
             return applied
+
+    def _changed_since_planned(self, job_id: str, planned: Sequence[str]) -> bool:
+        """Whether the job is no longer as the plan saw it: an earlier order's wait (a start)
+        let a cancel, a delete or a report in. Carried out, the order would revive a cancelled
+        job (a driver started for a job whose directory is being deleted) or undo a change."""
+        try:
+            job = self.store.get_job(job_id)
+        except UnknownJob:
+            return True
+        return job.state not in SCHEDULED or list(job.devices) != list(planned)
 
     def _note_changes(
         self,

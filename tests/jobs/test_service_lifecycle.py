@@ -4,6 +4,8 @@ tested end to end in test_job_lifecycle, test_recovery, test_driver_lost and tes
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from fakes import FakeRunner, fake_service
 from waiting import eventually
@@ -204,3 +206,70 @@ async def test_quotas_hold_jobs_back_with_a_reason_until_they_no_longer_do(tmp_p
     assert not again.is_admin("cy")
     again.users.note(Identity("cy", groups=("ml",), admin=True))
     assert again.is_admin("cy")
+
+
+class SlowStart(FakeRunner):
+    """Its first start after `gate` is set waits on it: the reschedule that gave the order
+    stands still between its orders, as a real start's directory and driver make it."""
+
+    def __init__(self, jobs_dir) -> None:
+        super().__init__(jobs_dir)
+        self.gate: asyncio.Event | None = None
+        self.waiting: asyncio.Future[str] | None = None
+
+    async def start(self, job, devices) -> None:
+        if self.gate is not None and self.waiting is not None and not self.waiting.done():
+            self.waiting.set_result(job.id)
+            await self.gate.wait()
+        await super().start(job, devices)
+
+
+async def test_an_order_planned_before_a_cancel_is_not_carried_out_after_it(tmp_path):
+    """Two queued jobs are to start in one reschedule; the second is cancelled while the first
+    starts. Its start, planned before the cancel, must not happen: it would set the cancelled
+    job going again, its driver running for a job whose record and files are being deleted."""
+    runner = SlowStart(tmp_path / "jobs")
+    service = make_service(tmp_path, runner)
+    holder = await service.submit("ana", spec())
+    await runner.started(holder.id)  # rigid, on all 4: the others wait
+    first = await service.submit("bo", spec(2))
+    second = await service.submit("cy", spec(2))
+    assert {service.get(u, j.id).state for u, j in (("bo", first), ("cy", second))} == {
+        JobState.QUEUED
+    }
+    runner.gate, runner.waiting = asyncio.Event(), asyncio.get_running_loop().create_future()
+    ending = asyncio.create_task(runner.exits(holder.id))  # its reschedule starts both
+    starting = await asyncio.wait_for(runner.waiting, 10)
+    user, other = ("cy", second.id) if starting == first.id else ("bo", first.id)
+    cancelling = asyncio.create_task(service.cancel(user, other))
+    await eventually(lambda: service.get(user, other).state == JobState.CANCELLED, "cancelled")
+    runner.gate.set()
+    await asyncio.wait_for(asyncio.gather(ending, cancelling), 10)
+    assert service.get(user, other).state == JobState.CANCELLED
+    assert ("start", other) not in [o[:2] for o in runner.orders]
+    assert other not in runner.running
+
+
+async def test_a_reschedule_whose_caller_is_cancelled_is_carried_out_whole(tmp_path):
+    """A job's report asks for a reschedule, and the report's task is cancelled meanwhile (the
+    runner cancels a job's watcher when the job is cancelled). The reschedule goes on to its
+    end: stopped at a start, it left a driver running that the service did not know, which
+    no later cancel could reach."""
+    runner = SlowStart(tmp_path / "jobs")
+    service = make_service(tmp_path, runner)
+    holder = await service.submit("ana", spec())
+    await runner.started(holder.id)
+    first = await service.submit("bo", spec(2))
+    second = await service.submit("cy", spec(2))
+    runner.gate, runner.waiting = asyncio.Event(), asyncio.get_running_loop().create_future()
+    report = asyncio.create_task(runner.exits(holder.id))  # its reschedule starts both
+    await asyncio.wait_for(runner.waiting, 10)
+    report.cancel()
+    runner.gate.set()
+    await eventually(
+        lambda: {first.id, second.id} <= set(runner.running), "both jobs started", timeout=10
+    )
+    assert [o[:2] for o in runner.orders if o[0] == "start"][-2:] in (
+        [("start", first.id), ("start", second.id)],
+        [("start", second.id), ("start", first.id)],
+    )
