@@ -150,8 +150,9 @@ class Scheduler:
 
     def _changed_since_planned(self, job_id: str, planned: Sequence[str]) -> bool:
         """Whether the job is no longer as the plan saw it: an earlier order's wait (a start)
-        let a cancel, a delete or a report in. Carried out, the order would revive a cancelled
-        job (a driver started for a job whose directory is being deleted) or undo a change."""
+        let a cancel, a delete or a report in. Carried out on that stale state, a start of a
+        job cancelled meanwhile would be refused by the store and end the reschedule there,
+        and a resize would undo what changed."""
         try:
             job = self.store.get_job(job_id)
         except UnknownJob:
