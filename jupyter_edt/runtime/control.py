@@ -34,7 +34,6 @@ processes; the driver uses it for a job, tests and the benchmark on their own.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -42,8 +41,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -125,7 +123,6 @@ class LocalController:
         store_host: str = "127.0.0.1",
         job_dir: str | os.PathLike[str] | None = None,
         max_restarts: int = 0,
-        launching: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
     ) -> None:
 
         self.program = list(program)
@@ -144,8 +141,6 @@ class LocalController:
         # address, for workers on other nodes).
         self.store_host = store_host
         self.job_dir = Path(job_dir) if job_dir is not None else None
-        # every start of workers runs in it (a driver's: a stop waits until they have handles)
-        self._launching = launching
         # names this run of the job's workers in their events (jobs/metrics.py); a restart of
         # every worker is a new run, whose steps are reported anew
         self._run = secrets.token_hex(6)
@@ -446,9 +441,8 @@ class LocalController:
     def _launch(self, specs: Sequence[ProcessSpec]) -> None:
         """Start these workers together (`Launcher.start_all_sync`: side by side where a
         start waits on something remote)."""
-        with self._launching():
-            for spec, handle in zip(specs, self.launcher.start_all_sync(specs), strict=True):
-                self.procs[spec.name] = handle
+        for spec, handle in zip(specs, self.launcher.start_all_sync(specs), strict=True):
+            self.procs[spec.name] = handle
 
     def _spec(
         self,

@@ -51,7 +51,6 @@ from .control import LocalController, Placement, WorkerCrashed
 from .environment import JOB_ENV_KEY
 from .failures import error_from_log, failure_reason, read_error
 from .jobdir import JobDir, checkpoints, process_start_time, read_json
-from .stopping import Stop
 from .store_keys import formed_key
 
 TICK_S = 0.1
@@ -124,7 +123,6 @@ class Driver:
         self.formed_gen = 0  # the newest generation reported as formed
         self.moving_gen: int | None = None  # a move waits for this generation's state transfer
         self.ctl: LocalController | None = None
-        self.stop = Stop()  # main() makes it the SIGTERM handler
 
     # life ---------------------------------------------------------------------------------
 
@@ -148,7 +146,6 @@ class Driver:
             store_host=launcher.reachable_host(),
             job_dir=self.dir.root,  # copied to nodes that do not share this file system
             max_restarts=self.max_restarts if self.kind == "restart" else 0,
-            launching=self.stop.held,
         )
         try:  # from here on, a stop stops whatever workers have started
             self.devices = devices
@@ -527,7 +524,13 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m jupyter_edt.runtime.driver <job dir>", file=sys.stderr)
         return 2
     driver = Driver(Path(args[0]))
-    signal.signal(signal.SIGTERM, driver.stop)  # leaves through `run`'s `finally`
+
+    def stop(signum: int, _frame: object) -> None:
+        # cancel: leave through `run`'s `finally`, which stops the workers (a start cut short
+        # stops those it started itself: `Launcher.start_all_sync`)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     return driver.run()
 
 
