@@ -37,6 +37,10 @@ Rules the user relies on:
   the step's start; at the end of the step the buffers become the weighted mean (weights
   ``len_j / len(batch)``) of the micro-batches' updated buffers, summed in micro-batch order, so
   they do not depend on placement. With one micro-batch per step this is plain PyTorch.
+- Training mode: ``model.train()`` as each epoch begins, before ``on_epoch_begin`` (where a
+  callback may set parts of the model to eval, to freeze BatchNorm statistics, say), and after
+  validation; a step that finds the model in eval mode (a callback's ``model.eval()``) sets it
+  back to training mode first. Lightning does the same.
 - ``lr_scheduler`` steps once per epoch, or after every optimizer step with
   ``lr_scheduler_interval="step"``; its state moves to joiners and into checkpoints. Callbacks run
   on every worker (``trainer.rank`` tells which); their own state is not moved to joiners.
@@ -385,6 +389,7 @@ class Trainer:
                 self._guarded(self._end_epoch)
                 continue
             if perm_epoch != st.epoch:
+                self.model.train()  # before on_epoch_begin, which may set parts of it to eval
                 if st.step == 0:
                     for cb in self.callbacks:
                         self._marked(cb.on_epoch_begin, st.epoch)
@@ -420,7 +425,8 @@ class Trainer:
         global_batch = part.global_batch(perm, st.step, self.effective_batch_size)
         mbs = part.micro_batches(global_batch, self.micro_batch_size)
         mine = part.deal(len(mbs), self.world_size)[self.rank]
-        self.model.train()
+        if not self.model.training:  # a callback's model.eval(); train() walks every module
+            self.model.train()
         start = [b.detach().clone() for b in self.buffers]
         self._start_buffers = start
         grads.start(len(mbs))

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from jupyter_edt.runtime import Trainer, resources
+from jupyter_edt.runtime import Callback, Trainer, resources
 from jupyter_edt.runtime import partition as part
 from jupyter_edt.runtime.precision import LossScaler
 
@@ -83,6 +83,42 @@ def test_clipping_equals_a_plain_loop_that_clips(option, clip) -> None:
     assert [s["loss"] for s in history["train"]] == pytest.approx(losses, abs=1e-15)
     if option == "clip_grad_norm":  # clipped, and the norm before clipping is in the logs
         assert all(s["grad_norm"] > bound for s in history["train"])
+
+
+class Probe(nn.Module):
+    """Notes whether it is in training mode at each forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(self.training)
+        return x
+
+
+def test_training_mode_is_set_as_epochs_begin_and_after_a_callbacks_eval() -> None:
+    """A part set to eval in on_epoch_begin (frozen BatchNorm, say) stays so for the epoch; a
+    model left in eval by a callback trains in training mode from the next step; validation
+    runs in eval mode. Each step is 2 micro-batches, each validation 1."""
+    first, last = Probe(), Probe()
+    m = model()
+    net = nn.Sequential(first, m, last)
+
+    class Modes(Callback):
+        def on_epoch_begin(self, epoch: int) -> None:
+            if epoch == 1:
+                first.eval()
+
+        def on_step_end(self, step: int, logs: dict) -> None:
+            if logs["global_step"] == 0:
+                net.eval()  # to sample, say, and not set back
+
+    fit(trainer(net, callbacks=[Modes()]), validate_every=1)
+    steps = N // BATCH
+    epoch = [True] * 2 * steps + [False]  # training forwards, then validation's
+    assert last.seen == epoch * EPOCHS
+    assert first.seen == epoch + [False] * (2 * steps + 1)
 
 
 def test_a_step_fn_equals_the_loss_fn_it_wraps() -> None:
