@@ -220,6 +220,8 @@ class Group(Comm, Protocol):
     # control plane
     def control(self) -> dict[str, int]: ...
 
+    def control_aside(self) -> dict[str, int]: ...
+
     def signal_ready(self) -> None: ...
 
     def next_membership(self, after: int) -> tuple[int, tuple[str, ...]]: ...
@@ -338,6 +340,9 @@ class SoloGroup(_Reducer):
     def control(self) -> dict[str, int]:
         return {"gen": 1, "hold": -1, "ckpt": 0}
 
+    def control_aside(self) -> dict[str, int]:
+        return self.control()
+
     def signal_ready(self) -> None:
         pass
 
@@ -399,6 +404,7 @@ class ElasticGroup(_Reducer):
         self._beats: dict[str, tuple[int, float]] = {}
         self._stop = threading.Event()
         self._heart: threading.Thread | None = None
+        self._aside: dist.TCPStore | None = None  # control_aside's connection
         if self.cuda_comm:
             # failures are handled here (settle, destroy); see the module's docstring
             os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
@@ -430,6 +436,13 @@ class ElasticGroup(_Reducer):
     def control(self) -> dict[str, int]:
         """The controller's current orders: generation, hold step, checkpoint requests."""
         return json.loads(self.store.get(keys.CTL))
+
+    def control_aside(self) -> dict[str, int]:
+        """:meth:`control` on a connection of its own, for one other thread (the main thread
+        may be using its own at the same time, as :meth:`_beat` explains)."""
+        if self._aside is None:
+            self._aside = self._connect()
+        return json.loads(self._aside.get(keys.CTL))
 
     def signal_ready(self) -> None:
         self.store.set(keys.ready_key(self.worker_id), str(os.getpid()))
@@ -642,6 +655,8 @@ class ElasticGroup(_Reducer):
             self.guard(w.wait)
 
     def _gather(self, t: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        if self.world_size == 1:  # a job on one GPU: no collective to call
+            return t, None
         src = t.cpu() if self._staged(t) else t
         shape = (self.world_size * src.shape[0], *src.shape[1:])  # gloo wants a concatenation
         out = torch.empty(shape, dtype=src.dtype, device=src.device)

@@ -349,6 +349,7 @@ class Trainer:
             self.left = True
             self.events.emit("left", generation=self.group.generation)
         finally:
+            self.membership.close()
             self.loader.close()
             self.grads.close()
             self.group.close()
@@ -466,6 +467,7 @@ class Trainer:
         if not aux_parts:  # no micro-batch here this step: the control values still count
             aux_parts.append(torch.zeros(lay.size, dtype=torch.float64, device=self.device))
         aux_parts[0][lay.control].copy_(self._control, non_blocking=True)  # no device wait
+        self.membership.read_orders_ahead()
         return self.group.reduce(len(mbs), grads.exchange, aux_parts, lay.size, lay.n_sum)
 
     def _marked(self, fn: Callable[..., object], *args: Any) -> None:
