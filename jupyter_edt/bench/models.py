@@ -416,6 +416,7 @@ def compare(arch: str, setting: Setting, workers: int, rounds: int, base: Path) 
     ratios = [o["samples_per_s"] / d["samples_per_s"] for o, d in pairs]
     row["ratio"] = statistics.median(ratios) if ratios else None
     row["ratios"] = ratios
+    row["ddp_spread"] = spread([d["samples_per_s"] for d in ddp])
     # less sensitive to other load on the machine than samples/s: the work of a step
     row["trainer_cpu_s_per_step"] = median(ours, "cpu_s_per_step")
     row["ddp_cpu_s_per_step"] = median(ddp, "cpu_s_per_step")
@@ -430,6 +431,14 @@ def compare(arch: str, setting: Setting, workers: int, rounds: int, base: Path) 
     row["trainer_data_s_per_step"] = median(ours, "data_s_per_step")
     row["params"] = (ours or ddp or [{}])[0].get("params")
     return row
+
+
+def spread(values: list[float]) -> float | None:
+    """How far the same program's speed moved between rounds, (max - min) / median: the
+    machine's own noise, against which a ratio's distance from its target is to be read."""
+    if len(values) < 2:
+        return None
+    return (max(values) - min(values)) / statistics.median(values)
 
 
 def _calibrate(compute_s_per_sample: float, image_size: int) -> tuple[int, float]:
@@ -500,6 +509,9 @@ def judge(result: dict[str, Any]) -> dict[str, Any]:
         return pick(seen) if seen else (None, None)
 
     ratio, at = worst("ratio", min)
+    noise = next(
+        (r["ddp_spread"] for arch, r in rows if f"{arch} {r['device']} w{r['workers']}" == at), None
+    )
     mem, mem_at = worst("mem_ratio", max)
     incomplete = any(r["ratio"] is None or r["mem_ratio"] is None for _, r in rows)
     gains = []
@@ -515,6 +527,9 @@ def judge(result: dict[str, Any]) -> dict[str, Any]:
             "at": at,
             "met": None if ratio is None else ratio >= TARGETS["throughput_ratio_min"],
             "complete": not incomplete,
+            # DDP's own spread between that row's rounds: above the target's 5 % margin, the
+            # machine moved more than the verdict can tell
+            "worst_row_ddp_spread": noise,
         },
         "peak_memory_ratio": {
             "target": f"<= {TARGETS['peak_memory_ratio_max']} x DDP's",
@@ -652,6 +667,9 @@ def notes(result: dict[str, Any]) -> list[str]:
         "cpu_ratio: DDP's CPU seconds per step (rank 0's process, all its threads) over the "
         "Trainer's; 1 or more: the Trainer does no more work per step. Less sensitive than "
         "samples/s to other load on the machine",
+        "ddp_spread: (max - min) / median of the DDP side's samples/s over a row's rounds, "
+        "the machine's own noise: a row whose spread is above 0.05 cannot tell a ratio of "
+        "0.95 from 1.0; more --rounds narrow its median",
     ]
     if any(s["ddp_launcher"] == "fork" for s in result["settings"]):
         out.append(

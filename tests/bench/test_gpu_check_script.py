@@ -348,6 +348,7 @@ def test_the_models_part_compares_the_trainer_with_ddp_on_both_architectures(dry
         for key in ("trainer_samples_per_s", "ddp_samples_per_s", "ratio", "mem_ratio"):
             assert _number(row[key]) and row[key] > 0, (arch, key, row)
         assert row["global_batch_size"] == 2 * row["micro_batch_size"]
+        assert row["ddp_spread"] is None  # one round: no spread to tell
     (bound,) = result["data_bound"]
     assert [r["num_workers"] for r in bound["rows"]] == [0, 2]
     assert all(0 < r["compute_fraction"] <= 1 for r in bound["rows"]), bound
