@@ -342,6 +342,15 @@ class JobHost(LoggingConfigurable):
             raise ValueError(f"{self._option('max_restarts')} must be 0 or more, got {value}.")
         return value
 
+    @validate("database_patience")
+    def _check_database_patience(self, proposal: dict) -> float:
+        value = proposal["value"]
+        if value < 0:
+            raise ValueError(
+                f"{self._option('database_patience')} must be 0 or more seconds, got {value}."
+            )
+        return value
+
     @validate("virtual_gpus")
     def _check_virtual_gpus(self, proposal: dict) -> int:
         value = proposal["value"]

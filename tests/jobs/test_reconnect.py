@@ -9,6 +9,7 @@ import sqlite3
 import pytest
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from jupyter_edt.host import JobHost
 from jupyter_edt.jobs.reconnect import DatabaseUnreachable, Reconnect, lost_connection
 from jupyter_edt.jobs.store import JobStore
 
@@ -119,3 +120,9 @@ def test_every_transaction_of_the_store_is_retried():
     unretried = {n for n, f in methods.items() if not getattr(f, "retried", False)}
     assert unretried == set(NOT_RETRIED)
     assert vars(JobStore)["_add_job"].retried
+
+
+def test_a_negative_patience_names_the_setting() -> None:
+    with pytest.raises(ValueError, match=r"JobHost.database_patience must be 0 or more seconds"):
+        JobHost(database_patience=-1)
+    assert JobHost(database_patience=0).database_patience == 0
