@@ -77,6 +77,20 @@ def api_errors() -> Iterator[None]:
         raise APIError(400, str(err)) from err
 
 
+class StreamedBody:
+    """For ``@web.stream_request_body`` handlers: an error answers with ``Connection: close``.
+
+    Answered before the request's body was read (``prepare``: not authenticated, too large),
+    Tornado closes the connection once the answer is sent, but has sent it as keep-alive. A
+    proxy in front that keeps connections (JupyterHub's) could send its next request on that
+    one as it closes, and answer its caller 503 (ECONNRESET). The header keeps it from reusing
+    the connection."""
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.set_header("Connection", "close")  # type: ignore[attr-defined]
+        super().write_error(status_code, **kwargs)  # type: ignore[misc]
+
+
 class EDTHandler(web.RequestHandler):
     """Base of the REST handlers. Before any method runs, the front identifies the caller
     (`identify`: 401 or 403 for a stranger) and the service hears who they are."""

@@ -24,7 +24,7 @@ from tornado import httpclient, web, websocket
 from tornado.httputil import HTTPHeaders
 
 from . import joined, logon_handlers
-from .base import APIError
+from .base import APIError, StreamedBody
 from .credentials import challenge
 from .jupyter import JupyterFront, JupyterSocketFront
 from .openapi import NotFoundHandler
@@ -93,7 +93,7 @@ class _Remote:
 
 
 @web.stream_request_body
-class ForwardHandler(_Remote, JupyterFront):
+class ForwardHandler(StreamedBody, _Remote, JupyterFront):
     _request_body: IO[bytes] | None = None
 
     async def prepare(self) -> None:

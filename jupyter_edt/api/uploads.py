@@ -18,7 +18,7 @@ from typing import IO
 from tornado import web
 
 from ..jobs.models import JobSpec, SpecError
-from .base import APIError, api_errors, loads
+from .base import APIError, StreamedBody, api_errors, loads
 from .jobs import JobsHandler
 
 SPEC_LIMIT = 1 << 20  # the JSON spec part
@@ -143,7 +143,7 @@ class UploadForm:
 
 
 @web.stream_request_body
-class SubmitHandler(JobsHandler):
+class SubmitHandler(StreamedBody, JobsHandler):
     """`JobsHandler` that also takes a multipart upload: a `spec` part (the JSON spec,
     without `code` or `script`) and a `file` part (a .tar, .tar.gz or .zip of the code)."""
 

@@ -6,6 +6,7 @@ integers, a missing log as a 404, and cursors of any size; WMLA's roots (/platfo
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -165,3 +166,33 @@ async def test_an_uploaded_spec_that_is_no_object_is_refused_naming_the_spec_par
         jp_fetch, "v1", "jobs", method="POST", body=body, headers=headers
     )
     assert (code, answer["field"]) == (400, "spec")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "edt/api/v1/jobs"),
+        ("POST", "edt/api/v1/jobs"),
+        ("GET", "platform/rest/deeplearning/v1/execs"),
+        ("POST", "platform/rest/deeplearning/v1/execs"),
+    ],
+)
+async def test_an_error_before_an_uploads_body_is_read_says_the_connection_closes(
+    http_server_client, jp_http_port, jp_base_url, method, path
+):
+    """Tornado closes such a connection after the answer, sent as keep-alive: a proxy that
+    keeps connections (JupyterHub's) sent its next request on it and answered that one 503."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", jp_http_port)
+    try:
+        writer.write(
+            f"{method} {jp_base_url}{path} HTTP/1.1\r\nHost: 127.0.0.1:{jp_http_port}\r\n"
+            "Connection: keep-alive\r\nContent-Length: 0\r\n\r\n".encode()
+        )
+        await writer.drain()
+        head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)).decode()
+    finally:
+        writer.close()
+    status, *lines = head.split("\r\n")
+    headers = {k.lower(): v for k, _, v in (line.partition(": ") for line in lines if line)}
+    assert status.split()[1] in ("401", "403")  # a POST without a token fails Jupyter's XSRF
+    assert headers.get("connection") == "close"
