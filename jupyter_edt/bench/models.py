@@ -504,15 +504,12 @@ def judge(result: dict[str, Any]) -> dict[str, Any]:
         (arch, r) for arch, a in result["architectures"].items() for r in a["rows"] if "ratio" in r
     ]
 
-    def worst(key: str, pick: Any) -> tuple[float | None, str | None]:
-        seen = [(r[key], f"{arch} {r['device']} w{r['workers']}") for arch, r in rows if r[key]]
-        return pick(seen) if seen else (None, None)
+    def worst(key: str, pick: Any) -> tuple[float | None, str | None, dict[str, Any]]:
+        seen = [(r[key], f"{arch} {r['device']} w{r['workers']}", r) for arch, r in rows if r[key]]
+        return pick(seen, key=lambda s: s[:2]) if seen else (None, None, {})
 
-    ratio, at = worst("ratio", min)
-    noise = next(
-        (r["ddp_spread"] for arch, r in rows if f"{arch} {r['device']} w{r['workers']}" == at), None
-    )
-    mem, mem_at = worst("mem_ratio", max)
+    ratio, at, ratio_row = worst("ratio", min)
+    mem, mem_at, _ = worst("mem_ratio", max)
     incomplete = any(r["ratio"] is None or r["mem_ratio"] is None for _, r in rows)
     gains = []
     for db in result["data_bound"]:
@@ -529,7 +526,7 @@ def judge(result: dict[str, Any]) -> dict[str, Any]:
             "complete": not incomplete,
             # DDP's own spread between that row's rounds: above the target's 5 % margin, the
             # machine moved more than the verdict can tell
-            "worst_row_ddp_spread": noise,
+            "worst_row_ddp_spread": ratio_row.get("ddp_spread"),
         },
         "peak_memory_ratio": {
             "target": f"<= {TARGETS['peak_memory_ratio_max']} x DDP's",

@@ -48,12 +48,11 @@ class GradientBuckets:
         # the exact sum over workers; each parameter's hook lets it start during backward, where
         # there is more than one bucket to start (one goes when backward ends, from end_round)
         self.exchange = OrderedExchange(comm, self.flat, spans, bucket_bytes)
-        overlaps = len(self.exchange.buckets) > 1
-        self._hooks = [
-            p.register_post_accumulate_grad_hook(self._hook(i))
-            for i, p in enumerate(self.params)
-            if overlaps
-        ]
+        self._hooks = (
+            [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(self.params)]
+            if len(self.exchange.buckets) > 1
+            else []
+        )
 
     def _hook(self, index: int) -> Callable[[torch.Tensor], None]:
         view = self.views[index]

@@ -6,6 +6,8 @@ needed. Over a fake group: the store's side is what the elastic tests' holds exe
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -39,60 +41,55 @@ class Orders:
         self.ctl["hold"] = -1  # what the controller sets before it releases the step
 
 
-def membership(group: Any) -> tuple[Membership, list[tuple[str, dict[str, Any]]]]:
+@contextmanager
+def membership(group: Any) -> Iterator[tuple[Membership, list[tuple[str, dict[str, Any]]]]]:
+    """A worker's membership over ``group``, its thread ended after the test."""
     events: list[tuple[str, dict[str, Any]]] = []
     m = Membership(
         group, None, None, Placement(), lambda kind, **f: events.append((kind, f)), lambda: None
     )  # type: ignore[arg-type]
-    return m, events
+    try:
+        yield m, events
+    finally:
+        m.close()
 
 
 def test_orders_read_ahead_are_used_once_and_read_in_a_thread() -> None:
     g = Orders()
-    m, _ = membership(g)
-    try:
+    with membership(g) as (m, _):
         m.read_orders_ahead()
         assert m.orders(5) == {"gen": 1, "hold": -1, "ckpt": 0}
         g.ctl["gen"] = 2  # ordered after the read ahead: the next step reads it
         assert m.orders(6)["gen"] == 2
-        [(how, thread), second] = g.reads
-        assert how == "aside" and thread.startswith("edt-orders")
-        assert second[0] == "control"
-    finally:
-        m.close()
+    [(how, thread), second] = g.reads
+    assert how == "aside" and thread.startswith("edt-orders")
+    assert second[0] == "control"
 
 
 def test_a_hold_read_ahead_stops_its_step_and_the_orders_are_read_after_it() -> None:
     g = Orders()
-    m, events = membership(g)
-    try:
+    with membership(g) as (m, events):
         g.ctl.update(hold=7, ckpt=1)
         m.read_orders_ahead()
         g.ctl["gen"] = 3  # ordered while the worker was on its way to the hold
         got = m.orders(7)
-        assert g.held == [7] and events == [("held", {"global_step": 7})]
-        assert got == {"gen": 3, "hold": -1, "ckpt": 1}  # read again after the hold
-    finally:
-        m.close()
+    assert g.held == [7] and events == [("held", {"global_step": 7})]
+    assert got == {"gen": 3, "hold": -1, "ckpt": 1}  # read again after the hold
 
 
 def test_a_failed_read_ahead_is_raised_where_the_orders_are_needed() -> None:
     g = Orders()
     g.fail = True
-    m, _ = membership(g)
-    try:
+    with membership(g) as (m, _):
         m.read_orders_ahead()
         with pytest.raises(RuntimeError, match="store is gone"):
             m.orders(1)
-    finally:
-        m.close()
 
 
 def test_a_plain_process_reads_nothing_ahead() -> None:
     g = Orders()
     g.elastic = False
-    m, _ = membership(g)
-    m.read_orders_ahead()
-    assert m.orders(0)["gen"] == 1
+    with membership(g) as (m, _):
+        m.read_orders_ahead()
+        assert m.orders(0)["gen"] == 1
     assert [how for how, _ in g.reads] == ["control"]
-    m.close()
